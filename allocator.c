@@ -1,0 +1,221 @@
+/*-------------------------------------------------------------------------
+ *
+ * allocator.c
+ *		Facts about the malloc this process runs on: which library provides
+ *		it, what the operator's environment set, mallinfo, and RssAnon.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#ifdef __GLIBC__
+#include <gnu/libc-version.h>
+#endif
+
+#include "glibc_malloc.h"
+
+/* True when glibc's malloc is the one in use (no LD_PRELOAD'ed allocator). */
+bool		gm_malloc_is_glibc = false;
+
+/* File name of the object that provides malloc, e.g. "libc.so.6". */
+const char *gm_allocator = "unknown";
+
+/* Values the environment set for each parameter, -1 when it set none. */
+int64		gm_env_value[GM_NPARAMS];
+
+/* glibc.malloc.hugetlb from GLIBC_TUNABLES, or NULL. */
+const char *gm_env_hugetlb = NULL;
+
+/* Parse one environment value as glibc does (decimal or 0x hex). */
+static int64
+parse_env_number(const char *s)
+{
+	char	   *end;
+	unsigned long long v;
+
+	errno = 0;
+	v = strtoull(s, &end, 0);
+	if (errno != 0 || end == s || v > PG_INT64_MAX)
+		return -1;
+	return (int64) v;
+}
+
+/* Record what GLIBC_TUNABLES and the MALLOC_*_ variables set. */
+static void
+read_environment(void)
+{
+	const char *tunables = getenv("GLIBC_TUNABLES");
+
+	for (int p = 0; p < GM_NPARAMS; p++)
+	{
+		const char *v = gm_params[p].envvar ? getenv(gm_params[p].envvar) : NULL;
+
+		gm_env_value[p] = (v && *v) ? parse_env_number(v) : -1;
+	}
+
+	/* GLIBC_TUNABLES=name=value:name=value; it wins over MALLOC_*_. */
+	if (tunables)
+	{
+		char	   *copy = strdup(tunables);
+		char	   *save = NULL;
+
+		for (char *item = copy ? strtok_r(copy, ":", &save) : NULL;
+			 item != NULL;
+			 item = strtok_r(NULL, ":", &save))
+		{
+			char	   *eq = strchr(item, '=');
+
+			if (!eq)
+				continue;
+			*eq = '\0';
+			if (strcmp(item, "glibc.malloc.hugetlb") == 0)
+				gm_env_hugetlb = strdup(eq + 1);
+			for (int p = 0; p < GM_NPARAMS; p++)
+				if (strcmp(item, gm_params[p].tunable) == 0)
+					gm_env_value[p] = parse_env_number(eq + 1);
+		}
+		free(copy);
+	}
+}
+
+/* Find out which malloc is live and read the environment; once per process. */
+void
+gm_allocator_init(void)
+{
+	Dl_info		info;
+
+	if (dladdr((void *) malloc, &info) && info.dli_fname)
+	{
+		const char *slash = strrchr(info.dli_fname, '/');
+
+		gm_allocator = strdup(slash ? slash + 1 : info.dli_fname);
+		if (gm_allocator == NULL)
+			gm_allocator = "unknown";
+	}
+#ifdef GM_HAVE_GLIBC
+	/* glibc's malloc lives in libc.so.6 (libc-2.x.so on old releases). */
+	gm_malloc_is_glibc = strncmp(gm_allocator, "libc.so", 7) == 0 ||
+		strncmp(gm_allocator, "libc-", 5) == 0;
+#endif
+	read_environment();
+}
+
+/* The running glibc's version string, or NULL off glibc. */
+const char *
+gm_glibc_version(void)
+{
+#ifdef GM_HAVE_GLIBC
+	return gnu_get_libc_version();
+#else
+	return NULL;
+#endif
+}
+
+/*
+ * The largest M_MMAP_THRESHOLD glibc accepts: HEAP_MAX_SIZE / 2 (32 MiB on
+ * 64-bit) before 2.35; from 2.35 any int.
+ */
+int64
+gm_mmap_threshold_limit(void)
+{
+	const char *v = gm_glibc_version();
+	int			major = 0,
+				minor = 0;
+
+	if (v && sscanf(v, "%d.%d", &major, &minor) == 2 &&
+		(major < 2 || (major == 2 && minor < 35)))
+		return (int64) 4 * 1024 * 1024 * sizeof(long);
+	return PG_INT32_MAX;
+}
+
+/* mallinfo2 where glibc has it (2.33+), else mallinfo (wraps at 2 GiB). */
+void
+gm_mallinfo(GmMallinfo *mi)
+{
+	memset(mi, 0, sizeof(*mi));
+#ifdef GM_HAVE_GLIBC
+	{
+		static void *mallinfo2_fn = NULL;
+		static void *mallinfo_fn = NULL;
+		static bool looked_up = false;
+
+		/* Looked up by name so that one build runs on glibc before 2.33. */
+		if (!looked_up)
+		{
+			mallinfo2_fn = dlsym(RTLD_DEFAULT, "mallinfo2");
+			mallinfo_fn = dlsym(RTLD_DEFAULT, "mallinfo");
+			looked_up = true;
+		}
+		if (mallinfo2_fn)
+		{
+			/* struct mallinfo2 is ten size_t fields, as GmMallinfo. */
+			*mi = ((GmMallinfo (*) (void)) mallinfo2_fn) ();
+		}
+		else if (mallinfo_fn)
+		{
+			struct mallinfo m = ((struct mallinfo (*) (void)) mallinfo_fn) ();
+
+			mi->arena = (unsigned int) m.arena;
+			mi->ordblks = (unsigned int) m.ordblks;
+			mi->smblks = (unsigned int) m.smblks;
+			mi->hblks = (unsigned int) m.hblks;
+			mi->hblkhd = (unsigned int) m.hblkhd;
+			mi->usmblks = (unsigned int) m.usmblks;
+			mi->fsmblks = (unsigned int) m.fsmblks;
+			mi->uordblks = (unsigned int) m.uordblks;
+			mi->fordblks = (unsigned int) m.fordblks;
+			mi->keepcost = (unsigned int) m.keepcost;
+		}
+	}
+#endif
+}
+
+/* This process's RssAnon in bytes, from /proc/self/status; -1 if unknown. */
+int64
+gm_rss_anon(void)
+{
+	FILE	   *f = fopen("/proc/self/status", "r");
+	char		line[256];
+	int64		kb = -1;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+	{
+		long long	v;
+
+		if (sscanf(line, "RssAnon: %lld kB", &v) == 1)
+		{
+			kb = v;
+			break;
+		}
+	}
+	fclose(f);
+	return kb < 0 ? -1 : kb * 1024;
+}
+
+/*
+ * Return free heap memory to the OS with malloc_trim(pad); the result is the
+ * drop in RssAnon it caused (0 when nothing could be returned).
+ */
+int64
+gm_release(size_t pad)
+{
+	int64		before,
+				after;
+
+	if (!gm_malloc_is_glibc)
+		return 0;
+	before = gm_rss_anon();
+#ifdef GM_HAVE_GLIBC
+	malloc_trim(pad);
+#endif
+	after = gm_rss_anon();
+	if (before < 0 || after < 0 || after > before)
+		return 0;
+	return before - after;
+}

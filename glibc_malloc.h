@@ -1,0 +1,110 @@
+/*-------------------------------------------------------------------------
+ *
+ * glibc_malloc.h
+ *		Declarations shared by the glibc_malloc modules.
+ *
+ * glibc_malloc puts glibc's malloc tunables (mallopt) under PostgreSQL's
+ * configuration system.  The code is split by concern:
+ *
+ *	glibc_malloc.c	module entry: _PG_init and the executor/xact hooks
+ *	settings.c		GUCs, presets, resolution of effective values, mallopt
+ *	allocator.c		which malloc is live, the environment, mallinfo, RssAnon
+ *	stats.c			SQL-callable functions about the calling backend
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef GLIBC_MALLOC_H
+#define GLIBC_MALLOC_H
+
+#include "glibc_malloc_compat.h"
+
+/* The glibc parameters the module manages, in report order. */
+typedef enum GmParam
+{
+	GM_TRIM_THRESHOLD,
+	GM_MMAP_THRESHOLD,
+	GM_TOP_PAD,
+	GM_MMAP_MAX,
+	GM_MXFAST,
+	GM_PERTURB,
+	GM_ARENA_MAX,
+	GM_ARENA_TEST,
+	GM_NPARAMS
+} GmParam;
+
+/* Where an effective value comes from. */
+typedef enum GmSource
+{
+	GM_SRC_GLIBC_DEFAULT,		/* nobody set it: glibc's own behaviour */
+	GM_SRC_SETTING,				/* an explicit glibc_malloc.<param> GUC */
+	GM_SRC_PRESET,				/* derived from glibc_malloc.preset */
+	GM_SRC_ENVIRONMENT			/* GLIBC_TUNABLES or MALLOC_*_ */
+} GmSource;
+
+typedef enum GmPreset
+{
+	GM_PRESET_DEFAULT,
+	GM_PRESET_GREEDY,
+	GM_PRESET_FRUGAL
+} GmPreset;
+
+/* Static description of one managed parameter. */
+typedef struct GmParamInfo
+{
+	const char *name;			/* GUC suffix and report name */
+	int			mallopt_param;	/* M_* from <malloc.h> */
+	const char *tunable;		/* GLIBC_TUNABLES name */
+	const char *envvar;			/* MALLOC_*_ variable, or NULL */
+	int64		glibc_default;	/* glibc's static default */
+	bool		freezes_dynamic;	/* setting it stops glibc's dynamic mode */
+	bool		is_size;		/* a byte count (reported unit "bytes") */
+} GmParamInfo;
+
+/* One resolved parameter, as reported by glibc_malloc_settings(). */
+typedef struct GmResolved
+{
+	int64		value;			/* bytes or count */
+	GmSource	source;
+	bool		applied;		/* this value is in force in glibc */
+} GmResolved;
+
+/* A mallinfo2-shaped snapshot (also filled from mallinfo before 2.33). */
+typedef struct GmMallinfo
+{
+	size_t		arena;			/* heap bytes obtained with brk/heaps */
+	size_t		ordblks;
+	size_t		smblks;
+	size_t		hblks;			/* number of mmapped chunks */
+	size_t		hblkhd;			/* bytes in mmapped chunks */
+	size_t		usmblks;
+	size_t		fsmblks;		/* bytes in free fastbin chunks */
+	size_t		uordblks;		/* heap bytes in use */
+	size_t		fordblks;		/* heap bytes free */
+	size_t		keepcost;		/* releasable top chunk */
+} GmMallinfo;
+
+extern const GmParamInfo gm_params[GM_NPARAMS];
+extern const char *const gm_source_names[];
+
+/* settings.c */
+extern void gm_define_gucs(void);
+extern void gm_apply(void);
+extern void gm_statement_start(void);
+extern void gm_transaction_end(void);
+extern void gm_resolve(GmParam p, GmResolved *r);
+extern bool gm_dynamic_active(GmSource *frozen_by);
+extern int64 gm_preset_value(GmPreset preset, GmParam p);
+
+/* allocator.c */
+extern bool gm_malloc_is_glibc;
+extern const char *gm_allocator;
+extern int64 gm_env_value[GM_NPARAMS];
+extern const char *gm_env_hugetlb;
+extern void gm_allocator_init(void);
+extern const char *gm_glibc_version(void);
+extern int64 gm_mmap_threshold_limit(void);
+extern void gm_mallinfo(GmMallinfo *mi);
+extern int64 gm_rss_anon(void);
+extern int64 gm_release(size_t pad);
+
+#endif							/* GLIBC_MALLOC_H */

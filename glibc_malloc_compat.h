@@ -1,0 +1,85 @@
+/*-------------------------------------------------------------------------
+ *
+ * glibc_malloc_compat.h
+ *		Every PostgreSQL-version and libc difference, in one place.
+ *
+ * Include after postgres.h.
+ *
+ *-------------------------------------------------------------------------
+ */
+#ifndef GLIBC_MALLOC_COMPAT_H
+#define GLIBC_MALLOC_COMPAT_H
+
+/* ---- libc ---- */
+
+#ifdef __GLIBC__
+#include <malloc.h>
+#define GM_HAVE_GLIBC 1
+#else
+/*
+ * Not glibc (musl, macOS, FreeBSD): there is no mallopt to call.  The
+ * module still builds and loads, and refuses every non-default setting.
+ * The parameter numbers only label the report.
+ */
+#define M_TRIM_THRESHOLD	(-1)
+#define M_TOP_PAD			(-2)
+#define M_MMAP_THRESHOLD	(-3)
+#define M_MMAP_MAX			(-4)
+#define M_MXFAST			1
+#define M_PERTURB			(-6)
+#define M_ARENA_TEST		(-7)
+#define M_ARENA_MAX			(-8)
+#endif
+
+/* ---- PostgreSQL ---- */
+
+/* PG 15 renamed EmitWarningsOnPlaceholders and made it reserve the prefix. */
+#if PG_VERSION_NUM < 150000
+#define MarkGUCPrefixReserved(prefix) EmitWarningsOnPlaceholders(prefix)
+#endif
+
+/* PG 18 records the module name and version in the magic block. */
+#if PG_VERSION_NUM >= 180000
+#define GM_MODULE_MAGIC PG_MODULE_MAGIC_EXT(.name = "glibc_malloc", .version = "1.0")
+#else
+#define GM_MODULE_MAGIC PG_MODULE_MAGIC
+#endif
+
+/*
+ * GUC "extra" blocks: PG 16 wants guc_malloc (it frees them with guc_free);
+ * before that, plain malloc/free.
+ */
+#if PG_VERSION_NUM >= 160000
+#define gm_guc_malloc(size) guc_malloc(LOG, (size))
+#else
+#define gm_guc_malloc(size) malloc(size)
+#endif
+
+/*
+ * Materialized set-returning functions: PG 15 has InitMaterializedSRF;
+ * older versions build the tuplestore by hand.
+ */
+#if PG_VERSION_NUM >= 150000
+#define gm_init_srf(fcinfo) InitMaterializedSRF((fcinfo), 0)
+#else
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/tuplestore.h"
+static inline void
+gm_init_srf(FunctionCallInfo fcinfo)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	MemoryContext old;
+	TupleDesc	tupdesc;
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	old = MemoryContextSwitchTo(rsinfo->econtext->ecxt_per_query_memory);
+	rsinfo->returnMode = SFRM_Materialize;
+	rsinfo->setResult = tuplestore_begin_heap(true, false, work_mem);
+	rsinfo->setDesc = CreateTupleDescCopy(tupdesc);
+	MemoryContextSwitchTo(old);
+}
+#endif
+
+#endif							/* GLIBC_MALLOC_COMPAT_H */

@@ -1,0 +1,453 @@
+/*-------------------------------------------------------------------------
+ *
+ * settings.c
+ *		GUCs, presets, and the one place that calls mallopt.
+ *
+ * Every glibc parameter has an effective value, resolved in this order:
+ *
+ *	1. its explicit glibc_malloc.<param> GUC, if set;
+ *	2. the operator's environment (GLIBC_TUNABLES, MALLOC_*_), which glibc
+ *	   applied at process start and which presets never override;
+ *	3. the value glibc_malloc.preset derives for it;
+ *	4. otherwise nothing: glibc keeps its own (possibly dynamic) value.
+ *
+ * gm_apply() resolves every parameter and calls mallopt only for those whose
+ * effective value differs from the one last applied, because mallopt
+ * consolidates the main arena.  Assign hooks keep shadow copies of the new
+ * values (the GUC variables themselves change only after the hook returns)
+ * and call gm_apply().
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <limits.h>
+
+#include "miscadmin.h"
+#include "utils/guc.h"
+
+#include "glibc_malloc.h"
+
+/* Largest kB value whose byte count still fits mallopt's int argument. */
+#define GM_MAX_KB			(INT_MAX / 1024)
+
+/* frugal: glibc's static thresholds and a small top pad. */
+#define FRUGAL_THRESHOLD	(128 * 1024)
+#define FRUGAL_TOP_PAD		(64 * 1024)
+
+/* frugal trims at transaction end once this much more heap is free. */
+#define FRUGAL_TRIM_MIN		(1024 * 1024)
+
+const GmParamInfo gm_params[GM_NPARAMS] = {
+	[GM_TRIM_THRESHOLD] = {"trim_threshold", M_TRIM_THRESHOLD,
+		"glibc.malloc.trim_threshold", "MALLOC_TRIM_THRESHOLD_", 128 * 1024, true, true},
+	[GM_MMAP_THRESHOLD] = {"mmap_threshold", M_MMAP_THRESHOLD,
+		"glibc.malloc.mmap_threshold", "MALLOC_MMAP_THRESHOLD_", 128 * 1024, true, true},
+	[GM_TOP_PAD] = {"top_pad", M_TOP_PAD,
+		"glibc.malloc.top_pad", "MALLOC_TOP_PAD_", 128 * 1024, true, true},
+	[GM_MMAP_MAX] = {"mmap_max", M_MMAP_MAX,
+		"glibc.malloc.mmap_max", "MALLOC_MMAP_MAX_", 65536, true, false},
+	[GM_MXFAST] = {"mxfast", M_MXFAST,
+		"glibc.malloc.mxfast", NULL, 64 * sizeof(size_t) / 4, false, true},
+	[GM_PERTURB] = {"perturb", M_PERTURB,
+		"glibc.malloc.perturb", "MALLOC_PERTURB_", 0, false, false},
+	[GM_ARENA_MAX] = {"arena_max", M_ARENA_MAX,
+		"glibc.malloc.arena_max", "MALLOC_ARENA_MAX", 0, false, false},
+	[GM_ARENA_TEST] = {"arena_test", M_ARENA_TEST,
+		"glibc.malloc.arena_test", "MALLOC_ARENA_TEST", sizeof(long) == 4 ? 2 : 8, false, false},
+};
+
+const char *const gm_source_names[] = {
+	[GM_SRC_GLIBC_DEFAULT] = "glibc default",
+	[GM_SRC_SETTING] = "setting",
+	[GM_SRC_PRESET] = "preset",
+	[GM_SRC_ENVIRONMENT] = "environment",
+};
+
+static const struct config_enum_entry preset_options[] = {
+	{"default", GM_PRESET_DEFAULT, false},
+	{"greedy", GM_PRESET_GREEDY, false},
+	{"frugal", GM_PRESET_FRUGAL, false},
+	{NULL, 0, false}
+};
+
+/* GUC variables (the GUC machinery writes these after the assign hook). */
+static int	preset_guc = GM_PRESET_DEFAULT;
+static int	max_trim_threshold_guc = 64 * 1024;
+static int	knob_guc[GM_NPARAMS];
+
+/* Shadow copies kept by the assign hooks: what gm_apply() resolves from. */
+static int	cur_preset = GM_PRESET_DEFAULT;
+static int64 cur_max_trim = (int64) 64 * 1024 * 1024;
+static int64 cur_knob[GM_NPARAMS];	/* bytes or count; -1 = not set */
+
+/* What this process last passed to mallopt, -1 = never (inherited on fork). */
+static int64 applied[GM_NPARAMS] = {-1, -1, -1, -1, -1, -1, -1, -1};
+
+/* Whether glibc's dynamic thresholds were frozen, and by what. */
+static bool dynamic_frozen = false;
+static GmSource frozen_by = GM_SRC_GLIBC_DEFAULT;
+
+/* work_mem that the applied greedy thresholds were derived from. */
+static int	applied_work_mem = -1;
+
+/* Free heap bytes left right after frugal's last trim. */
+static size_t free_after_trim = 0;
+
+/* Assign hooks apply only once _PG_init has defined every GUC. */
+static bool gucs_ready = false;
+
+/* How one managed parameter is exposed as a GUC. */
+typedef struct GmGucDef
+{
+	const char *short_desc;
+	int			boot;			/* also the "not set" value */
+	int			min;
+	int			max;
+	GucContext	context;
+	int			flags;
+	int			scale;			/* GUC units to bytes */
+} GmGucDef;
+
+/*
+ * The raw knobs are SUSET: with them an unprivileged user could exhaust the
+ * commit limit vm.overcommit_memory=2 sets for the whole server.  The arena
+ * knobs are PGC_POSTMASTER: glibc reads M_ARENA_MAX once, when it makes the
+ * first extra arena, so only the postmaster can usefully set them.
+ */
+static const GmGucDef guc_defs[GM_NPARAMS] = {
+	[GM_TRIM_THRESHOLD] = {"Sets M_TRIM_THRESHOLD: free memory at the heap top above which free() returns it to the OS (-1: not set).",
+	-1, -1, GM_MAX_KB, PGC_SUSET, GUC_UNIT_KB, 1024},
+	[GM_MMAP_THRESHOLD] = {"Sets M_MMAP_THRESHOLD: requests at least this large are served by mmap (-1: not set).",
+	-1, -1, GM_MAX_KB, PGC_SUSET, GUC_UNIT_KB, 1024},
+	[GM_TOP_PAD] = {"Sets M_TOP_PAD: extra memory requested on each heap growth and kept on each trim (-1: not set).",
+	-1, -1, GM_MAX_KB, PGC_SUSET, GUC_UNIT_KB, 1024},
+	[GM_MMAP_MAX] = {"Sets M_MMAP_MAX: the most chunks served by mmap at once (-1: not set).",
+	-1, -1, INT_MAX, PGC_SUSET, 0, 1},
+	[GM_MXFAST] = {"Sets M_MXFAST: the largest request served from fastbins, 0..160 bytes (-1: not set).",
+	-1, -1, 160, PGC_SUSET, GUC_UNIT_BYTE, 1},
+	[GM_PERTURB] = {"Sets M_PERTURB: fill allocated and freed memory with this byte, for debugging (0: off).",
+	0, 0, 255, PGC_SUSET, 0, 1},
+	[GM_ARENA_MAX] = {"Sets M_ARENA_MAX in the postmaster: the most malloc arenas (0: glibc's default).",
+	0, 0, INT_MAX, PGC_POSTMASTER, 0, 1},
+	[GM_ARENA_TEST] = {"Sets M_ARENA_TEST in the postmaster: arenas made before arena_max is checked (0: glibc's default).",
+	0, 0, INT_MAX, PGC_POSTMASTER, 0, 1},
+};
+
+/* The byte count that preset gives parameter p, or -1 when it leaves p alone. */
+int64
+gm_preset_value(GmPreset preset, GmParam p)
+{
+	switch (preset)
+	{
+		case GM_PRESET_GREEDY:
+			{
+				/* The original proposal's rule: keep about two work_mem. */
+				int64		mmap = Min((int64) work_mem * 1024 + 4096,
+									   Min(cur_max_trim / 2, gm_mmap_threshold_limit()));
+
+				if (p == GM_MMAP_THRESHOLD)
+					return mmap;
+				if (p == GM_TRIM_THRESHOLD)
+					return Min(2 * mmap, cur_max_trim);
+				return -1;
+			}
+		case GM_PRESET_FRUGAL:
+			if (p == GM_MMAP_THRESHOLD || p == GM_TRIM_THRESHOLD)
+				return FRUGAL_THRESHOLD;
+			if (p == GM_TOP_PAD)
+				return FRUGAL_TOP_PAD;
+			return -1;
+		case GM_PRESET_DEFAULT:
+			break;
+	}
+	return -1;
+}
+
+/* Resolve parameter p's effective value and source. */
+void
+gm_resolve(GmParam p, GmResolved *r)
+{
+	int64		preset_value = gm_preset_value(cur_preset, p);
+
+	if (cur_knob[p] >= 0)
+	{
+		r->value = cur_knob[p];
+		r->source = GM_SRC_SETTING;
+	}
+	else if (gm_env_value[p] >= 0)
+	{
+		r->value = gm_env_value[p];
+		r->source = GM_SRC_ENVIRONMENT;
+	}
+	else if (preset_value >= 0)
+	{
+		r->value = preset_value;
+		r->source = GM_SRC_PRESET;
+	}
+	else
+	{
+		r->value = gm_params[p].glibc_default;
+		r->source = GM_SRC_GLIBC_DEFAULT;
+	}
+
+	/* Environment values are applied by glibc itself at process start. */
+	if (!gm_malloc_is_glibc)
+		r->applied = false;
+	else if (applied[p] >= 0)
+		r->applied = applied[p] == r->value;
+	else
+		r->applied = r->source == GM_SRC_ENVIRONMENT;
+}
+
+/* Whether glibc's dynamic thresholds are still active in this process. */
+bool
+gm_dynamic_active(GmSource *why)
+{
+	if (dynamic_frozen)
+	{
+		*why = frozen_by;
+		return false;
+	}
+	for (int p = 0; p < GM_NPARAMS; p++)
+	{
+		if (gm_params[p].freezes_dynamic && gm_env_value[p] >= 0)
+		{
+			*why = GM_SRC_ENVIRONMENT;
+			return false;
+		}
+	}
+	*why = GM_SRC_GLIBC_DEFAULT;
+	return true;
+}
+
+/* Call mallopt for every parameter whose effective value changed. */
+void
+gm_apply(void)
+{
+	if (!gucs_ready || !gm_malloc_is_glibc)
+		return;
+
+	for (int p = 0; p < GM_NPARAMS; p++)
+	{
+		GmResolved	r;
+		int64		target;
+
+		gm_resolve(p, &r);
+		if (r.source == GM_SRC_SETTING || r.source == GM_SRC_PRESET)
+			target = r.value;
+		else if (applied[p] >= 0)
+			target = r.value;	/* restore the environment's or glibc's value */
+		else
+			continue;			/* never touched: leave glibc alone */
+
+		if (target == applied[p])
+			continue;
+
+		/* glibc reads the arena limits once; only the postmaster sets them. */
+		if ((p == GM_ARENA_MAX || p == GM_ARENA_TEST) &&
+			!process_shared_preload_libraries_in_progress)
+			continue;
+
+#ifdef GM_HAVE_GLIBC
+		if (mallopt(gm_params[p].mallopt_param, (int) target) != 1)
+		{
+			/* Check hooks refuse what glibc would; this is a safety net. */
+			elog(WARNING, "glibc rejected mallopt(%s, " INT64_FORMAT ")",
+				 gm_params[p].name, target);
+			continue;
+		}
+#endif
+		applied[p] = target;
+		if (gm_params[p].freezes_dynamic && !dynamic_frozen)
+		{
+			dynamic_frozen = true;
+			frozen_by = r.source == GM_SRC_PRESET ? GM_SRC_PRESET : GM_SRC_SETTING;
+		}
+	}
+	applied_work_mem = work_mem;
+}
+
+/* Before each query: greedy follows work_mem changes. */
+void
+gm_statement_start(void)
+{
+	if (cur_preset == GM_PRESET_GREEDY && work_mem != applied_work_mem)
+		gm_apply();
+}
+
+/* At transaction end: frugal returns free heap once enough has piled up. */
+void
+gm_transaction_end(void)
+{
+	GmMallinfo	mi;
+
+	if (cur_preset != GM_PRESET_FRUGAL || !gm_malloc_is_glibc)
+		return;
+	gm_mallinfo(&mi);
+	if (mi.fordblks > free_after_trim + FRUGAL_TRIM_MIN)
+	{
+		gm_release(0);
+		gm_mallinfo(&mi);
+		free_after_trim = mi.fordblks;
+	}
+	else if (mi.fordblks < free_after_trim)
+		free_after_trim = mi.fordblks;
+}
+
+/* The error detail for a non-default value when malloc is not glibc's. */
+static bool
+refuse_foreign_allocator(const char *what)
+{
+	GUC_check_errdetail("%s has no effect: malloc in this process is provided by %s, not by glibc.",
+						what, gm_allocator);
+	return false;
+}
+
+/* Check hook for glibc_malloc.preset. */
+static bool
+check_preset(int *newval, void **extra, GucSource source)
+{
+	if (*newval != GM_PRESET_DEFAULT && !gm_malloc_is_glibc)
+		return refuse_foreign_allocator("glibc_malloc.preset");
+	return true;
+}
+
+/* Assign hook for glibc_malloc.preset. */
+static void
+assign_preset(int newval, void *extra)
+{
+	cur_preset = newval;
+	gm_apply();
+}
+
+/* Assign hook for glibc_malloc.max_trim_threshold (kB). */
+static void
+assign_max_trim(int newval, void *extra)
+{
+	cur_max_trim = (int64) newval * 1024;
+	gm_apply();
+}
+
+/* Validate a raw knob's new value and pass its byte count through *extra. */
+static bool
+check_knob(GmParam p, int newval, void **extra)
+{
+	const GmGucDef *def = &guc_defs[p];
+	int64		bytes = newval == def->boot ? -1 : (int64) newval * def->scale;
+	int64	   *result;
+
+	if (bytes >= 0 && !gm_malloc_is_glibc)
+		return refuse_foreign_allocator(psprintf("glibc_malloc.%s", gm_params[p].name));
+
+	if (p == GM_MMAP_THRESHOLD && bytes > gm_mmap_threshold_limit())
+	{
+		GUC_check_errdetail("glibc %s accepts an mmap threshold of at most " INT64_FORMAT " kB; glibc 2.35 and later accept more.",
+							gm_glibc_version(), gm_mmap_threshold_limit() / 1024);
+		return false;
+	}
+
+	/*
+	 * glibc reads the arena limits once, so they only work when the
+	 * postmaster applies them at start.  Keeping the value in force (as on
+	 * a reload, or in a backend forked from that postmaster) is fine.
+	 */
+	if ((p == GM_ARENA_MAX || p == GM_ARENA_TEST) && bytes >= 0 &&
+		!process_shared_preload_libraries_in_progress && bytes != cur_knob[p])
+	{
+		GUC_check_errdetail("glibc_malloc.%s takes effect only when glibc_malloc is loaded through shared_preload_libraries.",
+							gm_params[p].name);
+		return false;
+	}
+
+	result = gm_guc_malloc(sizeof(int64));
+	if (result == NULL)
+		return false;
+	*result = bytes;
+	*extra = result;
+	return true;
+}
+
+/* Store a raw knob's byte count (computed by check_knob) and apply it. */
+static void
+assign_knob(GmParam p, void *extra)
+{
+	cur_knob[p] = *(int64 *) extra;
+	gm_apply();
+}
+
+/* One check and one assign hook per knob: GUC hooks do not get the name. */
+#define GM_KNOB_HOOKS(param, id) \
+static bool check_##id(int *newval, void **extra, GucSource source) \
+{ return check_knob(param, *newval, extra); } \
+static void assign_##id(int newval, void *extra) \
+{ assign_knob(param, extra); }
+
+GM_KNOB_HOOKS(GM_TRIM_THRESHOLD, trim_threshold)
+GM_KNOB_HOOKS(GM_MMAP_THRESHOLD, mmap_threshold)
+GM_KNOB_HOOKS(GM_TOP_PAD, top_pad)
+GM_KNOB_HOOKS(GM_MMAP_MAX, mmap_max)
+GM_KNOB_HOOKS(GM_MXFAST, mxfast)
+GM_KNOB_HOOKS(GM_PERTURB, perturb)
+GM_KNOB_HOOKS(GM_ARENA_MAX, arena_max)
+GM_KNOB_HOOKS(GM_ARENA_TEST, arena_test)
+
+static const struct
+{
+	GucIntCheckHook check;
+	GucIntAssignHook assign;
+}			knob_hooks[GM_NPARAMS] = {
+	[GM_TRIM_THRESHOLD] = {check_trim_threshold, assign_trim_threshold},
+	[GM_MMAP_THRESHOLD] = {check_mmap_threshold, assign_mmap_threshold},
+	[GM_TOP_PAD] = {check_top_pad, assign_top_pad},
+	[GM_MMAP_MAX] = {check_mmap_max, assign_mmap_max},
+	[GM_MXFAST] = {check_mxfast, assign_mxfast},
+	[GM_PERTURB] = {check_perturb, assign_perturb},
+	[GM_ARENA_MAX] = {check_arena_max, assign_arena_max},
+	[GM_ARENA_TEST] = {check_arena_test, assign_arena_test},
+};
+
+/* Define every glibc_malloc.* GUC, then apply the result once. */
+void
+gm_define_gucs(void)
+{
+	DefineCustomEnumVariable("glibc_malloc.preset",
+							 "Selects a malloc preset: default (leave glibc alone), greedy (keep freed memory for reuse), frugal (return it promptly).",
+							 "Explicit glibc_malloc.<param> settings and the environment take precedence over the preset.",
+							 &preset_guc,
+							 GM_PRESET_DEFAULT,
+							 preset_options,
+							 PGC_USERSET,
+							 0,
+							 check_preset, assign_preset, NULL);
+
+	DefineCustomIntVariable("glibc_malloc.max_trim_threshold",
+							"Upper bound on the trim threshold (memory kept) of the greedy preset.",
+							"greedy uses mmap_threshold = min(work_mem + 4 kB, max_trim_threshold / 2) and trim_threshold = min(2 * mmap_threshold, max_trim_threshold).",
+							&max_trim_threshold_guc,
+							64 * 1024, 256, GM_MAX_KB,
+							PGC_SUSET,
+							GUC_UNIT_KB,
+							NULL, assign_max_trim, NULL);
+
+	for (int p = 0; p < GM_NPARAMS; p++)
+	{
+		const GmGucDef *def = &guc_defs[p];
+
+		knob_guc[p] = def->boot;
+		cur_knob[p] = -1;
+		DefineCustomIntVariable(psprintf("glibc_malloc.%s", gm_params[p].name),
+								def->short_desc,
+								NULL,
+								&knob_guc[p],
+								def->boot, def->min, def->max,
+								def->context,
+								def->flags,
+								knob_hooks[p].check, knob_hooks[p].assign, NULL);
+	}
+
+	MarkGUCPrefixReserved("glibc_malloc");
+
+	gucs_ready = true;
+	gm_apply();
+}

@@ -1,0 +1,98 @@
+-- Every glibc_malloc GUC: definitions, valid and invalid values, units,
+-- SET / RESET / SET LOCAL with ROLLBACK.
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS glibc_malloc;
+RESET client_min_messages;
+LOAD 'glibc_malloc';
+
+-- What pg_settings shows: names, units, contexts, ranges and defaults.
+SELECT name, setting, unit, context, vartype, min_val, max_val, boot_val
+FROM pg_settings WHERE name LIKE 'glibc_malloc.%' ORDER BY name;
+SELECT enumvals FROM pg_settings WHERE name = 'glibc_malloc.preset';
+
+-- The prefix is reserved: a misspelt name is an error, not a placeholder.
+SET glibc_malloc.trim_treshold = '1MB';
+
+-- preset
+SET glibc_malloc.preset = greedy;
+SHOW glibc_malloc.preset;
+SET glibc_malloc.preset = 'FRUGAL';
+SHOW glibc_malloc.preset;
+SET glibc_malloc.preset = balanced_typo;
+SHOW glibc_malloc.preset;
+RESET glibc_malloc.preset;
+SHOW glibc_malloc.preset;
+
+-- Size knobs take units as work_mem does; bare numbers are kB.
+SET glibc_malloc.trim_threshold = '64MB';
+SHOW glibc_malloc.trim_threshold;
+SET glibc_malloc.trim_threshold = 2048;
+SHOW glibc_malloc.trim_threshold;
+SET glibc_malloc.trim_threshold = -2;
+SET glibc_malloc.trim_threshold = '3GB';
+SET glibc_malloc.trim_threshold = 'lots';
+SHOW glibc_malloc.trim_threshold;
+RESET glibc_malloc.trim_threshold;
+SHOW glibc_malloc.trim_threshold;
+
+SET glibc_malloc.mmap_threshold = '32MB';
+SHOW glibc_malloc.mmap_threshold;
+SET glibc_malloc.mmap_threshold = '-5kB';
+SHOW glibc_malloc.mmap_threshold;
+RESET glibc_malloc.mmap_threshold;
+
+SET glibc_malloc.top_pad = '16MB';
+SHOW glibc_malloc.top_pad;
+SET glibc_malloc.top_pad = -3;
+RESET glibc_malloc.top_pad;
+
+SET glibc_malloc.max_trim_threshold = '128MB';
+SHOW glibc_malloc.max_trim_threshold;
+SET glibc_malloc.max_trim_threshold = '100kB';
+SHOW glibc_malloc.max_trim_threshold;
+RESET glibc_malloc.max_trim_threshold;
+
+-- Counts and bytes.
+SET glibc_malloc.mmap_max = 0;
+SHOW glibc_malloc.mmap_max;
+SET glibc_malloc.mmap_max = -7;
+RESET glibc_malloc.mmap_max;
+
+SET glibc_malloc.mxfast = 160;
+SHOW glibc_malloc.mxfast;
+SET glibc_malloc.mxfast = 161;
+SHOW glibc_malloc.mxfast;
+RESET glibc_malloc.mxfast;
+
+SET glibc_malloc.perturb = 170;
+SHOW glibc_malloc.perturb;
+SET glibc_malloc.perturb = 256;
+SET glibc_malloc.perturb = -1;
+RESET glibc_malloc.perturb;
+
+-- The arena knobs are read once by glibc: postmaster start only.
+SET glibc_malloc.arena_max = 2;
+SET glibc_malloc.arena_test = 1;
+
+-- SET LOCAL is undone by ROLLBACK, and the applied value with it.
+BEGIN;
+SET LOCAL glibc_malloc.mmap_threshold = '1MB';
+SHOW glibc_malloc.mmap_threshold;
+SELECT value, source, applied FROM glibc_malloc_settings() WHERE name = 'mmap_threshold';
+ROLLBACK;
+SHOW glibc_malloc.mmap_threshold;
+SELECT value, source FROM glibc_malloc_settings() WHERE name = 'mmap_threshold';
+
+-- A failed SET leaves the old value in force.
+SET glibc_malloc.top_pad = '1MB';
+SET glibc_malloc.top_pad = 'nonsense';
+SELECT value, source, applied FROM glibc_malloc_settings() WHERE name = 'top_pad';
+RESET glibc_malloc.top_pad;
+
+-- SET inside a transaction that commits stays.
+BEGIN;
+SET glibc_malloc.preset = frugal;
+COMMIT;
+SHOW glibc_malloc.preset;
+RESET ALL;
+SHOW glibc_malloc.preset;

@@ -1,0 +1,31 @@
+-- Who may set what: presets are for everyone, raw knobs for superusers and
+-- roles granted SET ON PARAMETER.
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS glibc_malloc;
+RESET client_min_messages;
+LOAD 'glibc_malloc';
+CREATE ROLE glibc_malloc_user;
+GRANT USAGE ON SCHEMA public TO glibc_malloc_user;
+
+SET ROLE glibc_malloc_user;
+SET glibc_malloc.preset = greedy;
+SHOW glibc_malloc.preset;
+SET glibc_malloc.top_pad = '1GB';
+SET glibc_malloc.max_trim_threshold = '1GB';
+SHOW glibc_malloc.top_pad;
+-- The per-backend reports are open to all; the diagnostic is not.
+SELECT count(*) > 0 AS can_read FROM glibc_malloc_settings();
+SELECT glibc_malloc_diag_alloc(1024);
+RESET ROLE;
+
+GRANT SET ON PARAMETER glibc_malloc.top_pad TO glibc_malloc_user;
+SET ROLE glibc_malloc_user;
+SET glibc_malloc.top_pad = '1MB';
+SHOW glibc_malloc.top_pad;
+SELECT value, source, applied FROM glibc_malloc_settings() WHERE name = 'top_pad';
+RESET glibc_malloc.top_pad;
+RESET ROLE;
+
+REVOKE SET ON PARAMETER glibc_malloc.top_pad FROM glibc_malloc_user;
+REVOKE USAGE ON SCHEMA public FROM glibc_malloc_user;
+DROP ROLE glibc_malloc_user;

@@ -1,0 +1,52 @@
+-- How presets resolve, seen through glibc_malloc_settings().
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS glibc_malloc;
+RESET client_min_messages;
+LOAD 'glibc_malloc';
+
+CREATE FUNCTION thresholds() RETURNS TABLE (name text, value bigint, source text, applied boolean)
+LANGUAGE sql AS $$
+  SELECT name, value, source, applied FROM glibc_malloc_settings()
+  WHERE name IN ('trim_threshold', 'mmap_threshold', 'top_pad')
+$$;
+
+-- Nothing set yet in this backend: glibc keeps its dynamic thresholds.
+SELECT * FROM glibc_malloc_settings() WHERE name = 'dynamic_thresholds';
+SELECT * FROM thresholds();
+
+-- greedy: mmap = min(work_mem + 4 kB, max_trim / 2), trim = min(2 * mmap, max_trim)
+SET work_mem = '4MB';
+SET glibc_malloc.preset = greedy;
+SELECT * FROM thresholds();
+
+-- A SET work_mem takes effect before the next query.
+SET work_mem = '32MB';
+SELECT * FROM thresholds();
+
+-- max_trim_threshold caps what greedy keeps.
+SET glibc_malloc.max_trim_threshold = '16MB';
+SELECT * FROM thresholds();
+SET glibc_malloc.max_trim_threshold = '1GB';
+SET work_mem = '100MB';
+SELECT * FROM thresholds();
+RESET glibc_malloc.max_trim_threshold;
+RESET work_mem;
+
+-- An explicit knob beats the preset.
+SET glibc_malloc.trim_threshold = '1MB';
+SELECT * FROM thresholds();
+RESET glibc_malloc.trim_threshold;
+
+-- frugal: glibc's static thresholds and a small top pad.
+SET glibc_malloc.preset = frugal;
+SELECT * FROM thresholds();
+
+-- Back to default: glibc's static defaults are restored, and dynamic mode
+-- stays off for the life of this backend.
+RESET glibc_malloc.preset;
+SELECT * FROM thresholds();
+SELECT * FROM glibc_malloc_settings() WHERE name = 'dynamic_thresholds';
+
+-- Parameters no preset touches.
+SELECT name, value, unit, source, applied FROM glibc_malloc_settings()
+WHERE name IN ('mmap_max', 'mxfast', 'perturb', 'arena_max', 'arena_test') ORDER BY name;

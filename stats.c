@@ -1,0 +1,231 @@
+/*-------------------------------------------------------------------------
+ *
+ * stats.c
+ *		SQL functions about the calling backend's malloc.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+
+#include "glibc_malloc.h"
+
+PG_FUNCTION_INFO_V1(glibc_malloc_settings);
+PG_FUNCTION_INFO_V1(glibc_malloc_stats);
+PG_FUNCTION_INFO_V1(glibc_malloc_info);
+PG_FUNCTION_INFO_V1(glibc_malloc_trim);
+PG_FUNCTION_INFO_V1(glibc_malloc_diag_alloc);
+
+/* Add one settings row. */
+static void
+settings_row(ReturnSetInfo *rsinfo, const char *name, bool has_value, int64 value,
+			 const char *unit, const char *source, bool applied, const char *detail)
+{
+	Datum		values[6];
+	bool		nulls[6] = {0};
+
+	values[0] = CStringGetTextDatum(name);
+	values[1] = Int64GetDatum(value);
+	nulls[1] = !has_value;
+	values[2] = CStringGetTextDatum(unit);
+	values[3] = CStringGetTextDatum(source);
+	values[4] = BoolGetDatum(applied);
+	if (detail)
+		values[5] = CStringGetTextDatum(detail);
+	else
+		nulls[5] = true;
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+}
+
+/* glibc_malloc_settings(): one row per parameter, with value and source. */
+Datum
+glibc_malloc_settings(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	GmSource	frozen_by;
+	bool		dynamic;
+
+	gm_init_srf(fcinfo);
+	gm_statement_start();
+
+	for (int p = 0; p < GM_NPARAMS; p++)
+	{
+		GmResolved	r;
+		const char *detail = NULL;
+
+		gm_resolve(p, &r);
+		if (!gm_malloc_is_glibc)
+			detail = psprintf("not applied: malloc is provided by %s, not by glibc", gm_allocator);
+		else if (r.source == GM_SRC_ENVIRONMENT)
+			detail = psprintf("set by %s", gm_params[p].tunable);
+		settings_row(rsinfo, gm_params[p].name, true, r.value,
+					 gm_params[p].is_size ? "bytes" : "count",
+					 gm_source_names[r.source], r.applied, detail);
+	}
+
+	dynamic = gm_dynamic_active(&frozen_by);
+	settings_row(rsinfo, "dynamic_thresholds", true, dynamic ? 1 : 0, "boolean",
+				 gm_source_names[frozen_by], gm_malloc_is_glibc && dynamic,
+				 !gm_malloc_is_glibc ? psprintf("malloc is provided by %s, not by glibc", gm_allocator) :
+				 dynamic ? "glibc raises its mmap and trim thresholds on its own" :
+				 "frozen: glibc keeps static thresholds for the life of this process");
+
+	if (gm_env_hugetlb)
+		settings_row(rsinfo, "hugetlb", true, strtol(gm_env_hugetlb, NULL, 0), "count",
+					 gm_source_names[GM_SRC_ENVIRONMENT], true, "set by glibc.malloc.hugetlb");
+
+	return (Datum) 0;
+}
+
+/* glibc_malloc_stats(): mallinfo2 fields, RssAnon and the allocator. */
+Datum
+glibc_malloc_stats(PG_FUNCTION_ARGS)
+{
+	TupleDesc	tupdesc;
+	GmMallinfo	mi;
+	Datum		values[11];
+	bool		nulls[11] = {0};
+	const char *version = gm_glibc_version();
+	int64		rss = gm_rss_anon();
+	int			i = 0;
+
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+
+	gm_mallinfo(&mi);
+	values[i++] = CStringGetTextDatum(gm_allocator);
+	if (version)
+		values[i++] = CStringGetTextDatum(version);
+	else
+		nulls[i++] = true;
+	values[i++] = Int64GetDatum((int64) (mi.arena + mi.hblkhd));	/* system_bytes */
+	values[i++] = Int64GetDatum((int64) (mi.uordblks + mi.hblkhd));	/* in_use_bytes */
+	values[i++] = Int64GetDatum((int64) mi.fordblks);	/* free_bytes */
+	values[i++] = Int64GetDatum((int64) mi.fsmblks);	/* fastbin_free_bytes */
+	values[i++] = Int64GetDatum((int64) mi.arena);	/* heap_bytes */
+	values[i++] = Int64GetDatum((int64) mi.hblks);	/* mmapped_count */
+	values[i++] = Int64GetDatum((int64) mi.hblkhd);	/* mmapped_bytes */
+	values[i++] = Int64GetDatum((int64) mi.keepcost);	/* releasable_top_bytes */
+	values[i] = Int64GetDatum(rss);
+	nulls[i++] = rss < 0;
+	Assert(i == lengthof(values));
+
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}
+
+/* glibc_malloc_info(): glibc's malloc_info() XML for this backend. */
+Datum
+glibc_malloc_info(PG_FUNCTION_ARGS)
+{
+#ifdef GM_HAVE_GLIBC
+	char	   *buf = NULL;
+	size_t		len = 0;
+	FILE	   *f;
+	text	   *result;
+
+	if (!gm_malloc_is_glibc)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("malloc_info is not available: malloc is provided by %s, not by glibc",
+						gm_allocator)));
+
+	f = open_memstream(&buf, &len);
+	if (f == NULL)
+		ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("out of memory")));
+	malloc_info(0, f);
+	fclose(f);
+	result = cstring_to_text_with_len(buf, len);
+	free(buf);
+	PG_RETURN_TEXT_P(result);
+#else
+	ereport(ERROR,
+			(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+			 errmsg("malloc_info is not available: this server is not built on glibc")));
+	PG_RETURN_NULL();
+#endif
+}
+
+/* glibc_malloc_trim(pad): malloc_trim; returns the RssAnon it gave back. */
+Datum
+glibc_malloc_trim(PG_FUNCTION_ARGS)
+{
+	int64		pad = PG_GETARG_INT64(0);
+
+	if (pad < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("pad must not be negative")));
+	if (!gm_malloc_is_glibc)
+		ereport(ERROR,
+				(errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+				 errmsg("malloc_trim is not available: malloc is provided by %s, not by glibc",
+						gm_allocator)));
+	PG_RETURN_INT64(gm_release((size_t) pad));
+}
+
+/*
+ * glibc_malloc_diag_alloc(chunk_size, chunks): diagnostic.  Allocates and
+ * touches `chunks` blocks of `chunk_size` bytes, frees them in reverse, and
+ * reports what glibc did, measured with mallinfo: how many blocks it served
+ * by mmap, how much the heap grew, how much of that growth it still holds
+ * after the frees, the fastbin bytes the frees left, and the first byte of
+ * the first block before it was written (M_PERTURB's fill).
+ */
+Datum
+glibc_malloc_diag_alloc(PG_FUNCTION_ARGS)
+{
+	int64		chunk_size = PG_GETARG_INT64(0);
+	int32		chunks = PG_GETARG_INT32(1);
+	TupleDesc	tupdesc;
+	GmMallinfo	before,
+				during,
+				after;
+	void	  **blocks;
+	int			first_byte = -1;
+	Datum		values[5];
+	bool		nulls[5] = {0};
+
+	if (chunk_size < 1 || chunks < 1 || chunks > 100000 ||
+		chunk_size > (int64) 1024 * 1024 * 1024 / chunks)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("chunk_size and chunks must be positive and allocate at most 1 GB in all")));
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+
+	blocks = palloc0(sizeof(void *) * chunks);
+	gm_mallinfo(&before);
+	for (int i = 0; i < chunks; i++)
+	{
+		blocks[i] = malloc(chunk_size);
+		if (blocks[i] == NULL)
+		{
+			for (int j = i - 1; j >= 0; j--)
+				free(blocks[j]);
+			ereport(ERROR, (errcode(ERRCODE_OUT_OF_MEMORY), errmsg("out of memory")));
+		}
+		if (i == 0)
+			first_byte = *(unsigned char *) blocks[0];
+		memset(blocks[i], 0x5a, chunk_size);
+	}
+	gm_mallinfo(&during);
+	for (int i = chunks - 1; i >= 0; i--)
+		free(blocks[i]);
+	gm_mallinfo(&after);
+	pfree(blocks);
+
+	values[0] = Int32GetDatum((int32) (during.hblks - before.hblks));
+	values[1] = Int64GetDatum((int64) during.arena - (int64) before.arena);
+	values[2] = Int64GetDatum((int64) after.arena - (int64) before.arena);
+	values[3] = Int64GetDatum((int64) after.fsmblks - (int64) before.fsmblks);
+	values[4] = Int32GetDatum(first_byte);
+
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}
