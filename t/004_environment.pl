@@ -1,0 +1,51 @@
+# The operator's environment wins over presets: with GLIBC_TUNABLES or
+# MALLOC_TRIM_THRESHOLD_ in the server's environment, greedy leaves
+# trim_threshold alone and reports it as coming from the environment.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use GlibcMallocTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $env_trim = 3 * 1024 * 1024;
+my $greedy_mmap = 32 * 1024 * 1024;
+
+for my $case (
+	[ 'GLIBC_TUNABLES', "glibc.malloc.trim_threshold=$env_trim:glibc.malloc.hugetlb=0" ],
+	[ 'MALLOC_TRIM_THRESHOLD_', $env_trim ])
+{
+	my ($var, $value) = @$case;
+	my $node = new_node(lc($var), "glibc_malloc.preset = 'greedy'\nwork_mem = '32MB'\n", no_start => 1);
+	{
+		local $ENV{$var} = $value;
+		$node->start;
+	}
+	$node->safe_psql('postgres', 'CREATE EXTENSION glibc_malloc');
+
+	my $s = $node->background_psql('postgres');
+	my $pid = $s->query_safe('SELECT pg_backend_pid()');
+	my $set = settings_of($s);
+	is($set->{trim_threshold}, "$env_trim|environment|true", "$var: trim_threshold comes from the environment");
+	is($set->{mmap_threshold}, "$greedy_mmap|preset|true", "$var: greedy still sets mmap_threshold");
+	my $mp = glibc_params($pid);
+	is($mp->{trim_threshold}, $env_trim, "$var: glibc keeps the environment's trim threshold");
+	is($mp->{mmap_threshold}, $greedy_mmap, "$var: glibc has greedy's mmap threshold");
+
+	# An explicit setting still applies, and RESET goes back to the environment.
+	$s->query_safe("SET glibc_malloc.trim_threshold = '8MB'");
+	is(glibc_params($pid)->{trim_threshold}, 8 * 1024 * 1024, "$var: an explicit setting overrides it");
+	$s->query_safe('RESET glibc_malloc.trim_threshold');
+	is(settings_of($s)->{trim_threshold}, "$env_trim|environment|true", "$var: RESET returns to the environment's value");
+	is(glibc_params($pid)->{trim_threshold}, $env_trim, "$var: in glibc too");
+
+	if ($var eq 'GLIBC_TUNABLES')
+	{
+		like($set->{hugetlb}, qr/^0\|environment\|true$/, 'the hugetlb tunable is shown');
+	}
+	$s->quit;
+	$node->stop;
+}
+
+done_testing();

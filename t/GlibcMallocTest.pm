@@ -1,0 +1,127 @@
+# Helpers shared by glibc_malloc's TAP tests: a preloaded node, the seed sort
+# workload, and measurements of what glibc really does in a process
+# (glibc's own parameters read with gdb, syscalls seen by strace, RssAnon).
+package GlibcMallocTest;
+
+use strict;
+use warnings;
+
+use Exporter 'import';
+use File::Temp qw(tempfile);
+use IPC::Run;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(usleep);
+
+our @EXPORT = qw(new_node seed_sort_table seed_sort glibc_params rss_anon
+  count_syscalls settings_of parallel_option wait_for);
+
+# The seed sort workload's query.
+sub seed_sort { return 'SELECT * FROM t ORDER BY a OFFSET 100000' }
+
+# A node with glibc_malloc preloaded and the extension created.
+sub new_node
+{
+	my ($name, $conf, %opts) = @_;
+	my $node = PostgreSQL::Test::Cluster->new($name);
+	$node->init;
+	$node->append_conf('postgresql.conf',
+		"shared_preload_libraries = 'glibc_malloc'\n"
+		  . "jit = off\nmax_parallel_workers_per_gather = 0\n"
+		  . ($conf // ''));
+	return $node if $opts{no_start};
+	$node->start;
+	$node->safe_psql('postgres', 'CREATE EXTENSION glibc_malloc');
+	return $node;
+}
+
+# Create the seed table t(a int, c1 .. c32 int) with 100,000 random rows.
+sub seed_sort_table
+{
+	my ($node) = @_;
+	my $cols = join ', ', map { "(random() * 1e9)::int AS c$_" } 1 .. 32;
+	$node->safe_psql('postgres',
+		"CREATE TABLE t AS SELECT (random() * 1e9)::int AS a, $cols FROM generate_series(1, 100000); VACUUM ANALYZE t"
+	);
+}
+
+# glibc's own malloc parameters (struct malloc_par mp_) in process $pid,
+# read with gdb and the distribution's glibc debug symbols.
+sub glibc_params
+{
+	my ($pid) = @_;
+	my ($out, $err);
+	IPC::Run::run([ 'gdb', '-batch', '-nx', '-p', $pid, '-ex', 'p mp_' ],
+		'<', \undef, '>', \$out, '2>', \$err);
+	my %mp = ($out // '') =~ /(\w+) = (0x[0-9a-f]+|-?\d+)/g;
+	die "cannot read glibc's mp_ in process $pid (are gdb and libc6-dbg installed?):\n$out$err"
+	  unless exists $mp{trim_threshold};
+	return \%mp;
+}
+
+# RssAnon of process $pid, in bytes.
+sub rss_anon
+{
+	my ($pid) = @_;
+	open my $fh, '<', "/proc/$pid/status" or die "no process $pid: $!";
+	while (<$fh>) { return $1 * 1024 if /^RssAnon:\s+(\d+) kB/ }
+	die "no RssAnon for $pid";
+}
+
+# Run $code while strace watches process $pid; return the number of brk,
+# mmap and munmap calls it made meanwhile.
+sub count_syscalls
+{
+	my ($pid, $code) = @_;
+	my (undef, $file) = tempfile();
+	my $h = IPC::Run::start(
+		[ 'strace', '-qq', '-f', '-e', 'trace=brk,mmap,munmap', '-o', $file, '-p', $pid ],
+		'<', \undef, '>', \my $out, '2>', \my $err);
+	# Wait until strace is attached (TracerPid set).
+	wait_for(sub { (`grep TracerPid /proc/$pid/status` =~ /(\d+)/)[0] != 0 }, 10)
+	  or die "strace did not attach to $pid: $err";
+	$code->();
+	usleep(200_000);
+	$h->signal('INT');
+	$h->finish;
+	open my $fh, '<', $file or die $!;
+	my $n = grep { /\b(?:brk|mmap|munmap)\(/ } <$fh>;
+	unlink $file;
+	return $n;
+}
+
+# glibc_malloc_settings() of a session (node or BackgroundPsql), as
+# { name => "value|source|applied" }.
+sub settings_of
+{
+	my ($session) = @_;
+	my $sql = "SELECT name, value || '|' || source || '|' || applied FROM glibc_malloc_settings()";
+	my $out = $session->isa('PostgreSQL::Test::Cluster')
+	  ? $session->safe_psql('postgres', $sql)
+	  : $session->query_safe($sql);
+	return { map { split /\|/, $_, 2 } split /\n/, $out };
+}
+
+# The GUC that forces parallel query: debug_parallel_query from PG 16.
+sub parallel_option
+{
+	my ($node) = @_;
+	return $node->safe_psql('postgres',
+		"SELECT count(*) FROM pg_settings WHERE name = 'debug_parallel_query'") ? 'debug_parallel_query' : 'force_parallel_mode';
+}
+
+# Poll $cond until it is true or $seconds pass; returns its last result.
+sub wait_for
+{
+	my ($cond, $seconds) = @_;
+	my $deadline = time + ($seconds // 10);
+	while (1)
+	{
+		my $r = $cond->();
+		return $r if $r || time > $deadline;
+		usleep(50_000);
+	}
+}
+
+1;
