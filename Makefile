@@ -1,7 +1,7 @@
 # glibc_malloc: a thin PGXS Makefile.
 
 MODULE_big = glibc_malloc
-OBJS = glibc_malloc.o settings.o allocator.o stats.o
+OBJS = glibc_malloc.o settings.o allocator.o stats.o idle.o
 
 EXTENSION = glibc_malloc
 DATA = glibc_malloc--1.0.sql

@@ -9,6 +9,8 @@
 #include "postgres.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -174,28 +176,37 @@ gm_mallinfo(GmMallinfo *mi)
 #endif
 }
 
-/* This process's RssAnon in bytes, from /proc/self/status; -1 if unknown. */
+/*
+ * This process's RssAnon in bytes, from /proc/self/status; -1 if unknown.
+ * Async-signal-safe (open/read/close, no stdio): the idle release calls it
+ * from a timeout handler.
+ */
 int64
 gm_rss_anon(void)
 {
-	FILE	   *f = fopen("/proc/self/status", "r");
-	char		line[256];
-	int64		kb = -1;
+	char		buf[4096];
+	ssize_t		n;
+	int			fd = open("/proc/self/status", O_RDONLY);
+	const char *p;
+	int64		kb = 0;
 
-	if (!f)
+	if (fd < 0)
 		return -1;
-	while (fgets(line, sizeof(line), f))
-	{
-		long long	v;
-
-		if (sscanf(line, "RssAnon: %lld kB", &v) == 1)
-		{
-			kb = v;
-			break;
-		}
-	}
-	fclose(f);
-	return kb < 0 ? -1 : kb * 1024;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	p = strstr(buf, "RssAnon:");
+	if (p == NULL)
+		return -1;
+	for (p += 8; *p == ' ' || *p == '\t'; p++)
+		;
+	if (*p < '0' || *p > '9')
+		return -1;
+	for (; *p >= '0' && *p <= '9'; p++)
+		kb = kb * 10 + (*p - '0');
+	return kb * 1024;
 }
 
 /*

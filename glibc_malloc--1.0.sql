@@ -31,7 +31,9 @@ CREATE FUNCTION glibc_malloc_stats(
     OUT mmapped_count bigint,
     OUT mmapped_bytes bigint,
     OUT releasable_top_bytes bigint,
-    OUT rss_anon_bytes bigint)
+    OUT rss_anon_bytes bigint,
+    OUT idle_releases bigint,
+    OUT idle_released_bytes bigint)
 RETURNS record
 AS 'MODULE_PATHNAME', 'glibc_malloc_stats'
 LANGUAGE C STRICT VOLATILE PARALLEL RESTRICTED;

@@ -10,6 +10,7 @@
  *	settings.c		GUCs, presets, resolution of effective values, mallopt
  *	allocator.c		which malloc is live, the environment, mallinfo, RssAnon
  *	stats.c			SQL-callable functions about the calling backend
+ *	idle.c			give memory back when a backend goes idle
  *
  *-------------------------------------------------------------------------
  */
@@ -45,7 +46,8 @@ typedef enum GmPreset
 {
 	GM_PRESET_DEFAULT,
 	GM_PRESET_GREEDY,
-	GM_PRESET_FRUGAL
+	GM_PRESET_FRUGAL,
+	GM_PRESET_BALANCED
 } GmPreset;
 
 /* Static description of one managed parameter. */
@@ -94,6 +96,7 @@ extern void gm_transaction_end(void);
 extern void gm_resolve(GmParam p, GmResolved *r);
 extern bool gm_dynamic_active(GmSource *frozen_by);
 extern int64 gm_preset_value(GmPreset preset, GmParam p);
+extern int	gm_idle_delay(GmSource *source);
 
 /* allocator.c */
 extern bool gm_malloc_is_glibc;
@@ -106,5 +109,10 @@ extern int64 gm_mmap_threshold_limit(void);
 extern void gm_mallinfo(GmMallinfo *mi);
 extern int64 gm_rss_anon(void);
 extern int64 gm_release(size_t pad);
+
+/* idle.c */
+extern volatile int64 gm_idle_releases;
+extern volatile int64 gm_idle_released_bytes;
+extern void gm_idle_arm(int delay_ms);
 
 #endif							/* GLIBC_MALLOC_H */

@@ -56,6 +56,19 @@
 #endif
 
 /*
+ * The wait event this process reports right now: PG 14 added
+ * my_wait_event_info; before, it lives in MyProc.
+ */
+#if PG_VERSION_NUM >= 140000
+#include "utils/wait_event.h"
+#define GM_CURRENT_WAIT_EVENT() (*my_wait_event_info)
+#else
+#include "pgstat.h"
+#include "storage/proc.h"
+#define GM_CURRENT_WAIT_EVENT() (MyProc ? MyProc->wait_event_info : 0)
+#endif
+
+/*
  * Materialized set-returning functions: PG 15 has InitMaterializedSRF;
  * older versions build the tuplestore by hand.
  */

@@ -38,6 +38,9 @@
 /* frugal trims at transaction end once this much more heap is free. */
 #define FRUGAL_TRIM_MIN		(1024 * 1024)
 
+/* balanced: greedy's thresholds, released after this long idle (ms). */
+#define BALANCED_IDLE_DELAY	1000
+
 const GmParamInfo gm_params[GM_NPARAMS] = {
 	[GM_TRIM_THRESHOLD] = {"trim_threshold", M_TRIM_THRESHOLD,
 		"glibc.malloc.trim_threshold", "MALLOC_TRIM_THRESHOLD_", 128 * 1024, true, true},
@@ -68,12 +71,14 @@ static const struct config_enum_entry preset_options[] = {
 	{"default", GM_PRESET_DEFAULT, false},
 	{"greedy", GM_PRESET_GREEDY, false},
 	{"frugal", GM_PRESET_FRUGAL, false},
+	{"balanced", GM_PRESET_BALANCED, false},
 	{NULL, 0, false}
 };
 
 /* GUC variables (the GUC machinery writes these after the assign hook). */
 static int	preset_guc = GM_PRESET_DEFAULT;
 static int	max_trim_threshold_guc = 64 * 1024;
+static int	idle_release_delay_guc = -1;
 static int	knob_guc[GM_NPARAMS];
 
 /* Shadow copies kept by the assign hooks: what gm_apply() resolves from. */
@@ -141,6 +146,7 @@ gm_preset_value(GmPreset preset, GmParam p)
 	switch (preset)
 	{
 		case GM_PRESET_GREEDY:
+		case GM_PRESET_BALANCED:
 			{
 				/* The original proposal's rule: keep about two work_mem. */
 				int64		mmap = Min((int64) work_mem * 1024 + 4096,
@@ -162,6 +168,24 @@ gm_preset_value(GmPreset preset, GmParam p)
 			break;
 	}
 	return -1;
+}
+
+/* The effective idle release delay in ms (0 = off), and its source. */
+int
+gm_idle_delay(GmSource *source)
+{
+	if (idle_release_delay_guc >= 0)
+	{
+		*source = GM_SRC_SETTING;
+		return idle_release_delay_guc;
+	}
+	if (cur_preset == GM_PRESET_BALANCED)
+	{
+		*source = GM_SRC_PRESET;
+		return BALANCED_IDLE_DELAY;
+	}
+	*source = GM_SRC_GLIBC_DEFAULT;
+	return 0;
 }
 
 /* Resolve parameter p's effective value and source. */
@@ -276,11 +300,17 @@ gm_statement_start(void)
 		gm_apply();
 }
 
-/* At transaction end: frugal returns free heap once enough has piled up. */
+/*
+ * At top-level transaction end: arm the idle release if one is configured;
+ * under frugal, return free heap at once when enough has piled up.
+ */
 void
 gm_transaction_end(void)
 {
 	GmMallinfo	mi;
+	GmSource	source;
+
+	gm_idle_arm(gm_idle_delay(&source));
 
 	if (cur_preset != GM_PRESET_FRUGAL || !gm_malloc_is_glibc)
 		return;
@@ -412,7 +442,7 @@ void
 gm_define_gucs(void)
 {
 	DefineCustomEnumVariable("glibc_malloc.preset",
-							 "Selects a malloc preset: default (leave glibc alone), greedy (keep freed memory for reuse), frugal (return it promptly).",
+							 "Selects a malloc preset: default (leave glibc alone), greedy (keep freed memory for reuse), frugal (return it promptly), balanced (greedy while working, released when idle).",
 							 "Explicit glibc_malloc.<param> settings and the environment take precedence over the preset.",
 							 &preset_guc,
 							 GM_PRESET_DEFAULT,
@@ -429,6 +459,16 @@ gm_define_gucs(void)
 							PGC_SUSET,
 							GUC_UNIT_KB,
 							NULL, assign_max_trim, NULL);
+
+	/* USERSET: it only changes when the caller's own backend trims. */
+	DefineCustomIntVariable("glibc_malloc.idle_release_delay",
+							"Returns free malloc memory to the OS after a backend has been idle this long (-1: the preset decides; 0: off).",
+							"Idle means waiting for the next client command outside any transaction. The balanced preset uses 1s.",
+							&idle_release_delay_guc,
+							-1, -1, INT_MAX,
+							PGC_USERSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
 
 	for (int p = 0; p < GM_NPARAMS; p++)
 	{

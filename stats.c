@@ -70,6 +70,15 @@ glibc_malloc_settings(PG_FUNCTION_ARGS)
 					 gm_source_names[r.source], r.applied, detail);
 	}
 
+	{
+		GmSource	source;
+		int			delay = gm_idle_delay(&source);
+
+		settings_row(rsinfo, "idle_release_delay", true, delay, "ms",
+					 gm_source_names[source], gm_malloc_is_glibc, delay > 0 ?
+					 "malloc_trim(0) once the backend has been idle this long" : "off");
+	}
+
 	dynamic = gm_dynamic_active(&frozen_by);
 	settings_row(rsinfo, "dynamic_thresholds", true, dynamic ? 1 : 0, "boolean",
 				 gm_source_names[frozen_by], gm_malloc_is_glibc && dynamic,
@@ -90,8 +99,8 @@ glibc_malloc_stats(PG_FUNCTION_ARGS)
 {
 	TupleDesc	tupdesc;
 	GmMallinfo	mi;
-	Datum		values[11];
-	bool		nulls[11] = {0};
+	Datum		values[13];
+	bool		nulls[13] = {0};
 	const char *version = gm_glibc_version();
 	int64		rss = gm_rss_anon();
 	int			i = 0;
@@ -115,6 +124,8 @@ glibc_malloc_stats(PG_FUNCTION_ARGS)
 	values[i++] = Int64GetDatum((int64) mi.keepcost);	/* releasable_top_bytes */
 	values[i] = Int64GetDatum(rss);
 	nulls[i++] = rss < 0;
+	values[i++] = Int64GetDatum(gm_idle_releases);
+	values[i++] = Int64GetDatum(gm_idle_released_bytes);
 	Assert(i == lengthof(values));
 
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));

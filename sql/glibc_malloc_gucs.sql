@@ -70,6 +70,16 @@ SET glibc_malloc.perturb = 256;
 SET glibc_malloc.perturb = -1;
 RESET glibc_malloc.perturb;
 
+-- idle_release_delay: milliseconds, with units; -1 = the preset decides.
+SET glibc_malloc.idle_release_delay = '2s';
+SHOW glibc_malloc.idle_release_delay;
+SET glibc_malloc.idle_release_delay = 250;
+SHOW glibc_malloc.idle_release_delay;
+SET glibc_malloc.idle_release_delay = -2;
+SET glibc_malloc.idle_release_delay = '1 fortnight';
+SHOW glibc_malloc.idle_release_delay;
+RESET glibc_malloc.idle_release_delay;
+
 -- The arena knobs are read once by glibc: postmaster start only.
 SET glibc_malloc.arena_max = 2;
 SET glibc_malloc.arena_test = 1;

@@ -41,6 +41,22 @@ RESET glibc_malloc.trim_threshold;
 SET glibc_malloc.preset = frugal;
 SELECT * FROM thresholds();
 
+-- balanced: greedy's thresholds, plus the idle release after 1 s.
+SET glibc_malloc.preset = balanced;
+SELECT * FROM thresholds();
+SELECT name, value, unit, source FROM glibc_malloc_settings() WHERE name = 'idle_release_delay';
+SET glibc_malloc.idle_release_delay = '250ms';
+SELECT name, value, unit, source FROM glibc_malloc_settings() WHERE name = 'idle_release_delay';
+SET glibc_malloc.idle_release_delay = 0;
+SELECT name, value, unit, source, detail FROM glibc_malloc_settings() WHERE name = 'idle_release_delay';
+RESET glibc_malloc.idle_release_delay;
+-- Other presets do not release when idle, unless asked to.
+SET glibc_malloc.preset = greedy;
+SELECT name, value, source FROM glibc_malloc_settings() WHERE name = 'idle_release_delay';
+SET glibc_malloc.idle_release_delay = '5s';
+SELECT name, value, source FROM glibc_malloc_settings() WHERE name = 'idle_release_delay';
+RESET glibc_malloc.idle_release_delay;
+
 -- Back to default: glibc's static defaults are restored, and dynamic mode
 -- stays off for the life of this backend.
 RESET glibc_malloc.preset;
