@@ -474,6 +474,16 @@ gm_define_gucs(void)
 	{
 		const GmGucDef *def = &guc_defs[p];
 
+		GucContext	context = def->context;
+
+		/*
+		 * PostgreSQL refuses PGC_POSTMASTER variables defined after startup,
+		 * so without preloading the arena knobs become SUSET, and their
+		 * check hook refuses every value with "needs preloading".
+		 */
+		if (context == PGC_POSTMASTER && !process_shared_preload_libraries_in_progress)
+			context = PGC_SUSET;
+
 		knob_guc[p] = def->boot;
 		cur_knob[p] = -1;
 		DefineCustomIntVariable(psprintf("glibc_malloc.%s", gm_params[p].name),
@@ -481,7 +491,7 @@ gm_define_gucs(void)
 								NULL,
 								&knob_guc[p],
 								def->boot, def->min, def->max,
-								def->context,
+								context,
 								def->flags,
 								knob_hooks[p].check, knob_hooks[p].assign, NULL);
 	}
