@@ -1,0 +1,48 @@
+# The benchmark's --quick mode runs end to end and writes well-formed output:
+# a JSON document with every configuration and metric, a Markdown report and
+# a PNG chart.  No timing is asserted: machines here are noisy.
+use strict;
+use warnings;
+use FindBin;
+use JSON::PP;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $out = PostgreSQL::Test::Utils::tempdir();
+my $bench = "$FindBin::RealBin/../bench/run";
+my ($stdout, $stderr);
+my $ok = IPC::Run::run([ $bench, '--quick', '--fleet', '4', '--out', $out ], '>', \$stdout, '2>', \$stderr);
+ok($ok, 'bench/run --quick exits 0') or diag $stderr;
+
+my ($json) = glob("$out/*.json");
+my ($md) = glob("$out/*.md");
+my ($png) = glob("$out/*.png");
+ok($json && $md && $png, 'it writes .json, .md and .png');
+
+my $r = decode_json(slurp_file($json));
+my %c = map { $_->{key} => $_ } @{ $r->{configurations} };
+for my $key (qw(glibc module greedy frugal balanced tunables jemalloc tcmalloc))
+{
+	ok($c{$key}, "configuration $key is present");
+	for my $metric (qw(sort_tps hash_tps))
+	{
+		cmp_ok($c{$key}{$metric}{median} // 0, '>', 0, "$key: $metric median");
+		ok(defined $c{$key}{$metric}{ratio}, "$key: $metric ratio against glibc defaults");
+	}
+	cmp_ok($c{$key}{idle_rss_max} // 0, '>', 0, "$key: largest idle RssAnon");
+	cmp_ok($c{$key}{fleet_rss_total} // 0, '>', 0, "$key: fleet RssAnon");
+	ok(defined $c{$key}{syscalls_per_query}, "$key: syscalls per query");
+}
+cmp_ok($c{$_}{select_tps}{median} // 0, '>', 0, "$_: pgbench -S median") for qw(glibc module greedy frugal balanced);
+is($c{glibc}{sort_tps}{ratio}, 1, 'ratios are against glibc defaults');
+is(scalar @{ $r->{targets} }, 5, 'balanced is checked against its five targets');
+cmp_ok($r->{trim_floor} // 0, '>', 0, 'the malloc_trim floor is measured');
+
+my $report = slurp_file($md);
+like($report, qr/^\| configuration \| seed sort TPS \|/m, 'the report has the main table');
+like($report, qr/balanced against its targets/, 'and the targets');
+open my $fh, '<:raw', $png or die;
+read $fh, my $magic, 8;
+is($magic, "\x89PNG\r\n\x1a\n", 'the chart is a PNG');
+
+done_testing();
