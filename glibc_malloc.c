@@ -22,6 +22,7 @@
 #include "access/xact.h"
 #include "executor/executor.h"
 #include "fmgr.h"
+#include "miscadmin.h"
 
 #include "glibc_malloc.h"
 
@@ -54,6 +55,7 @@ gm_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_COMMIT:
 		case XACT_EVENT_PARALLEL_ABORT:
 			gm_transaction_end();
+			gm_shmem_transaction_end();
 			break;
 		default:
 			break;
@@ -66,6 +68,8 @@ _PG_init(void)
 {
 	gm_allocator_init();
 	gm_define_gucs();
+	if (process_shared_preload_libraries_in_progress)
+		gm_shmem_init();
 
 	prev_ExecutorStart = ExecutorStart_hook;
 	ExecutorStart_hook = gm_ExecutorStart;

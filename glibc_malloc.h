@@ -11,6 +11,7 @@
  *	allocator.c		which malloc is live, the environment, mallinfo, RssAnon
  *	stats.c			SQL-callable functions about the calling backend
  *	idle.c			give memory back when a backend goes idle
+ *	shmem.c			every backend's snapshot in shared memory, remote trim
  *
  *-------------------------------------------------------------------------
  */
@@ -97,6 +98,8 @@ extern void gm_resolve(GmParam p, GmResolved *r);
 extern bool gm_dynamic_active(GmSource *frozen_by);
 extern int64 gm_preset_value(GmPreset preset, GmParam p);
 extern int	gm_idle_delay(GmSource *source);
+extern int	gm_current_preset(void);
+extern const char *gm_preset_name(int preset);
 
 /* allocator.c */
 extern bool gm_malloc_is_glibc;
@@ -114,5 +117,13 @@ extern int64 gm_release(size_t pad);
 extern volatile int64 gm_idle_releases;
 extern volatile int64 gm_idle_released_bytes;
 extern void gm_idle_arm(int delay_ms);
+extern bool gm_at_idle_wait(void);
+extern void gm_run_at_idle(void (*fn) (void));
+
+/* shmem.c */
+extern int	gm_stats_interval;
+extern void gm_shmem_init(void);
+extern void gm_shmem_transaction_end(void);
+extern void gm_shmem_serve_requests(void);
 
 #endif							/* GLIBC_MALLOC_H */

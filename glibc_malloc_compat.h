@@ -40,9 +40,16 @@
 
 /* PG 18 records the module name and version in the magic block. */
 #if PG_VERSION_NUM >= 180000
-#define GM_MODULE_MAGIC PG_MODULE_MAGIC_EXT(.name = "glibc_malloc", .version = "1.0")
+#define GM_MODULE_MAGIC PG_MODULE_MAGIC_EXT(.name = "glibc_malloc", .version = GM_VERSION)
 #else
 #define GM_MODULE_MAGIC PG_MODULE_MAGIC
+#endif
+
+/* This process's PGPROC number: ProcNumber from PG 17. */
+#if PG_VERSION_NUM >= 170000
+#define GM_MY_PROC_NUMBER() (MyProcNumber)
+#else
+#define GM_MY_PROC_NUMBER() (MyProc->pgprocno)
 #endif
 
 /*

@@ -55,22 +55,50 @@ volatile int64 gm_idle_releases = 0;
 volatile int64 gm_idle_released_bytes = 0;
 
 static TimeoutId idle_timeout;
+static volatile sig_atomic_t at_idle_busy = false;
 static int	idle_timeout_pid = 0;	/* process that registered it */
 
-/* Timeout handler, in signal context: release only at the idle wait. */
+/* Whether this backend is provably in the idle wait (see above). */
+bool
+gm_at_idle_wait(void)
+{
+	return GM_CURRENT_WAIT_EVENT() == WAIT_EVENT_CLIENT_READ &&
+		!IsTransactionOrTransactionBlock();
+}
+
+/*
+ * From a signal handler: run fn only at the idle wait, and never nested (a
+ * second handler interrupting the first one's malloc_trim would re-enter
+ * malloc on the same thread and deadlock on the arena lock).
+ */
+void
+gm_run_at_idle(void (*fn) (void))
+{
+	if (at_idle_busy || !gm_at_idle_wait())
+		return;
+	at_idle_busy = true;
+	fn();
+	at_idle_busy = false;
+}
+
+/* The idle release itself: trim, count, and publish the new snapshot. */
+static void
+idle_release(void)
+{
+	int64		released = gm_release(0);
+
+	gm_idle_releases++;
+	gm_idle_released_bytes += released;
+	gm_shmem_serve_requests();
+}
+
+/* Timeout handler, in signal context. */
 static void
 idle_release_handler(void)
 {
 	int			save_errno = errno;
 
-	if (GM_CURRENT_WAIT_EVENT() == WAIT_EVENT_CLIENT_READ &&
-		!IsTransactionOrTransactionBlock())
-	{
-		int64		released = gm_release(0);
-
-		gm_idle_releases++;
-		gm_idle_released_bytes += released;
-	}
+	gm_run_at_idle(idle_release);
 	errno = save_errno;
 }
 

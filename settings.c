@@ -170,6 +170,23 @@ gm_preset_value(GmPreset preset, GmParam p)
 	return -1;
 }
 
+/* The preset in force in this backend. */
+int
+gm_current_preset(void)
+{
+	return cur_preset;
+}
+
+/* A preset's name. */
+const char *
+gm_preset_name(int preset)
+{
+	for (const struct config_enum_entry *e = preset_options; e->name; e++)
+		if (e->val == preset)
+			return e->name;
+	return "unknown";
+}
+
 /* The effective idle release delay in ms (0 = off), and its source. */
 int
 gm_idle_delay(GmSource *source)
@@ -470,10 +487,19 @@ gm_define_gucs(void)
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 
+	/* SIGHUP: how often backends publish is server-wide monitoring policy. */
+	DefineCustomIntVariable("glibc_malloc.stats_interval",
+							"Publishes each backend's malloc snapshot to the glibc_malloc_backends view at most this often, at transaction end (0: every transaction; -1: off).",
+							"Needs shared_preload_libraries. Snapshots are also published after an idle release and on request.",
+							&gm_stats_interval,
+							1000, -1, INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
 	for (int p = 0; p < GM_NPARAMS; p++)
 	{
 		const GmGucDef *def = &guc_defs[p];
-
 		GucContext	context = def->context;
 
 		/*

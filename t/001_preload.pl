@@ -56,9 +56,9 @@ $node->safe_psql('postgres', q{
 });
 my $worker = wait_for(sub {
 		$node->safe_psql('postgres',
-			"SELECT pid FROM pg_stat_activity WHERE backend_type = 'autovacuum worker' LIMIT 1");
+			"SELECT pid FROM pg_stat_activity WHERE backend_type = 'autovacuum worker' AND query LIKE '%churn%' LIMIT 1");
 	}, 60);
-ok($worker, 'an autovacuum worker runs');
+ok($worker, 'an autovacuum worker runs (on the throttled table)');
 my $wmp = glibc_params($worker);
 is($wmp->{mmap_threshold}, $mmap, 'autovacuum worker: glibc mmap threshold');
 is($wmp->{trim_threshold}, $trim, 'autovacuum worker: glibc trim threshold');

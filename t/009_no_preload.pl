@@ -52,5 +52,13 @@ is($node->safe_psql('postgres', "SELECT value FROM glibc_malloc_settings() WHERE
 like(slurp_file($node->logfile, $log_offset), qr/arena_max takes effect only when glibc_malloc is loaded through shared_preload_libraries/,
 	'and the log says why');
 
+# The cross-backend view and functions need preloading, and say so.
+($ret, $out, $err) = $node->psql('postgres', 'SELECT * FROM glibc_malloc_backends');
+like($err, qr/glibc_malloc must be loaded via shared_preload_libraries/, 'the view says it needs preloading');
+($ret, $out, $err) = $node->psql('postgres', 'SELECT glibc_malloc_trim_backend(pg_backend_pid())');
+like($err, qr/glibc_malloc must be loaded via shared_preload_libraries/, 'so does trim_backend');
+is($node->safe_psql('postgres', 'SELECT rss_anon_bytes > 0 FROM glibc_malloc_stats()'), 't',
+	'the per-backend functions still work');
+
 $node->stop;
 done_testing();

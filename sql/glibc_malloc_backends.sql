@@ -1,0 +1,30 @@
+-- Every backend's malloc, from shared memory: the views' columns, the
+-- caller's own row, and remote trim of itself.
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS glibc_malloc;
+RESET client_min_messages;
+
+SELECT attname, format_type(atttypid, atttypmod)
+FROM pg_attribute WHERE attrelid = 'glibc_malloc_backends'::regclass AND attnum > 0 ORDER BY attnum;
+SELECT attname, format_type(atttypid, atttypmod)
+FROM pg_attribute WHERE attrelid = 'glibc_malloc_summary'::regclass AND attnum > 0 ORDER BY attnum;
+
+-- The caller's own row is current, and joins pg_stat_activity on pid.
+SELECT b.backend_type, b.usename = current_user AS own_role, b.preset,
+       b.system_bytes > 0 AS has_memory, b.rss_anon_bytes > 0 AS has_rss,
+       b.snapshot_age < interval '1 minute' AS fresh, a.state
+FROM glibc_malloc_backends b JOIN pg_stat_activity a USING (pid)
+WHERE pid = pg_backend_pid();
+SET glibc_malloc.preset = frugal;
+SELECT preset FROM glibc_malloc_backends WHERE pid = pg_backend_pid();
+RESET glibc_malloc.preset;
+
+SELECT backends >= 1 AS counts_backends, rss_anon_bytes > 0 AS sums_rss FROM glibc_malloc_summary;
+
+-- Trim itself: served at once.
+SELECT glibc_malloc_trim_backend(pg_backend_pid());
+SELECT idle_releases >= 1 AS counted FROM glibc_malloc_backends WHERE pid = pg_backend_pid();
+
+-- Not a backend.
+SELECT glibc_malloc_trim_backend(1);
+SELECT glibc_malloc_trim_idle(0) >= 0 AS ran;

@@ -1,0 +1,39 @@
+-- The upgrade path: 1.0 then ALTER EXTENSION UPDATE gives exactly the
+-- objects of a fresh install.
+SET client_min_messages = warning;
+DROP EXTENSION IF EXISTS glibc_malloc;
+RESET client_min_messages;
+
+CREATE TEMP TABLE objects (install text, object text, definition text);
+CREATE FUNCTION pg_temp.record_objects(label text) RETURNS void LANGUAGE sql AS $$
+  INSERT INTO objects
+  SELECT label, pg_describe_object(classid, objid, 0),
+         coalesce((SELECT pg_get_function_identity_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) || ' ' || p.provolatile::text || p.proparallel::text
+                   FROM pg_proc p WHERE p.oid = d.objid AND d.classid = 'pg_proc'::regclass), '') ||
+         coalesce((SELECT pg_get_viewdef(d.objid) FROM pg_class c WHERE c.oid = d.objid AND d.classid = 'pg_class'::regclass AND c.relkind = 'v'), '')
+  FROM pg_depend d
+  WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
+    AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'glibc_malloc')
+$$;
+
+CREATE EXTENSION glibc_malloc VERSION '1.0';
+SELECT extversion FROM pg_extension WHERE extname = 'glibc_malloc';
+SELECT pg_temp.record_objects('1.0');
+SELECT object FROM objects WHERE install = '1.0' ORDER BY 1;
+
+ALTER EXTENSION glibc_malloc UPDATE;
+SELECT extversion FROM pg_extension WHERE extname = 'glibc_malloc';
+SELECT pg_temp.record_objects('updated');
+DROP EXTENSION glibc_malloc;
+CREATE EXTENSION glibc_malloc;
+SELECT pg_temp.record_objects('fresh');
+
+-- What 1.1 added, and no difference between the two ways to get there.
+SELECT object FROM objects WHERE install = 'updated'
+EXCEPT SELECT object FROM objects WHERE install = '1.0' ORDER BY 1;
+(SELECT object, definition FROM objects WHERE install = 'updated'
+ EXCEPT SELECT object, definition FROM objects WHERE install = 'fresh')
+UNION ALL
+(SELECT object, definition FROM objects WHERE install = 'fresh'
+ EXCEPT SELECT object, definition FROM objects WHERE install = 'updated');
+SELECT pg_get_viewdef('glibc_malloc_summary'::regclass) IS NOT NULL AS usable;

@@ -1,0 +1,103 @@
+# Every backend's malloc across the server: the glibc_malloc_backends view,
+# remote trim measured from outside in /proc, visibility and privilege
+# rules, and slots left clean by exiting backends.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use GlibcMallocTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = new_node('backends', "glibc_malloc.stats_interval = 0\nwork_mem = '32MB'\n");
+my $big_sort = 'SELECT g FROM generate_series(1, 1000000) g ORDER BY g DESC OFFSET 1000000';
+$node->safe_psql('postgres', q{
+	CREATE ROLE alice LOGIN;
+	CREATE ROLE bob LOGIN;
+	CREATE ROLE watcher LOGIN IN ROLE pg_read_all_stats;
+});
+
+# Three sessions: one holds memory under greedy and stays idle.
+my $holder = $node->background_psql('postgres', extra_params => [ '-U', 'alice' ]);
+my $hpid = $holder->query_safe("SET glibc_malloc.preset = 'greedy'; $big_sort; SELECT pg_backend_pid()");
+my $other = $node->background_psql('postgres', extra_params => [ '-U', 'bob' ]);
+my $opid = $other->query_safe('SELECT pg_backend_pid()');
+my $admin = $node->background_psql('postgres');
+
+my $row = $admin->query_safe("SELECT free_bytes || '|' || preset || '|' || backend_type FROM glibc_malloc_backends WHERE pid = $hpid");
+my ($free, $preset, $type) = split /\|/, $row;
+cmp_ok($free, '>', 10 * 2**20, 'another session sees the idle greedy backend holding more than 10 MB free');
+is($preset, 'greedy', 'with its effective preset');
+is($type, 'client backend', 'and its backend type');
+is($admin->query_safe("SELECT count(*) FROM glibc_malloc_backends b JOIN pg_stat_activity a USING (pid) WHERE a.usename = 'alice'"),
+	1, 'the view joins pg_stat_activity on pid');
+
+# Remote trim: RssAnon, read from outside, drops within 2 s; the view shows it.
+my $before = rss_anon($hpid);
+is($admin->query_safe("SELECT glibc_malloc_trim_backend($hpid)"), 't', 'the trim request is delivered');
+ok(wait_for(sub { rss_anon($hpid) < $before - 8 * 2**20 }, 2), 'the idle backend\'s RssAnon drops within 2 s');
+note sprintf('RssAnon %.1f MB -> %.1f MB', $before / 2**20, rss_anon($hpid) / 2**20);
+ok( wait_for(sub {
+			$admin->query_safe("SELECT free_bytes < 1048576 AND idle_releases >= 1 FROM glibc_malloc_backends WHERE pid = $hpid") eq 't';
+		}, 2),
+	'the view shows the trimmed backend');
+
+# A busy backend is trimmed at its next safe point: its transaction end.
+$holder->query_safe("BEGIN; $big_sort; SELECT 1");
+$before = rss_anon($hpid);
+$admin->query_safe("SELECT glibc_malloc_trim_backend($hpid)");
+sleep 1;
+cmp_ok(rss_anon($hpid), '>', $before - 2**20, 'not inside its open transaction');
+$holder->query_safe('COMMIT');
+cmp_ok(rss_anon($hpid), '<', $before - 8 * 2**20, 'but at its end');
+
+# Visibility: a role without privileges sees only its own rows.
+is($other->query_safe('SELECT string_agg(DISTINCT usename, \',\') FROM glibc_malloc_backends'), 'bob',
+	'an unprivileged role sees only its own backends');
+my $watcher = $node->safe_psql('postgres', "SELECT count(*) FROM glibc_malloc_backends WHERE pid IN ($hpid, $opid)",
+	extra_params => [ '-U', 'watcher' ]);
+is($watcher, 2, 'pg_read_all_stats sees everybody');
+
+# Privileges: bob cannot trim alice's backend, nor a superuser's.
+my ($ret, $out, $err) = $node->psql('postgres', "SELECT glibc_malloc_trim_backend($hpid)", extra_params => [ '-U', 'bob' ]);
+like($err, qr/permission denied to trim backend $hpid/, 'an unprivileged role cannot trim another role\'s backend');
+my $apid = $admin->query_safe('SELECT pg_backend_pid()');
+$node->safe_psql('postgres', 'GRANT pg_signal_backend TO bob');
+($ret, $out, $err) = $node->psql('postgres', "SELECT glibc_malloc_trim_backend($apid)", extra_params => [ '-U', 'bob' ]);
+like($err, qr/SUPERUSER attribute/, 'pg_signal_backend cannot trim a superuser\'s backend');
+is($node->safe_psql('postgres', "SELECT glibc_malloc_trim_backend($hpid)", extra_params => [ '-U', 'bob' ]), 't',
+	'pg_signal_backend can trim another role\'s backend');
+
+# glibc_malloc_trim_idle asks the idle ones.
+$holder->query_safe("$big_sort; SELECT 1");
+$before = rss_anon($hpid);
+cmp_ok($admin->query_safe('SELECT glibc_malloc_trim_idle(10 * 1024 * 1024)'), '>=', 1, 'trim_idle asks the idle backend');
+ok(wait_for(sub { rss_anon($hpid) < $before - 8 * 2**20 }, 2), 'and it returns its memory');
+
+# A backend that exits leaves its slot clean.
+$holder->quit;
+ok(wait_for(sub { $admin->query_safe("SELECT count(*) FROM glibc_malloc_backends WHERE pid = $hpid") == 0 }, 5),
+	'an exited backend leaves no row');
+my $n = $admin->query_safe(q{SELECT count(*) FROM glibc_malloc_backends b
+	LEFT JOIN pg_stat_activity a USING (pid) WHERE a.pid IS NULL});
+is($n, 0, 'every row belongs to a live process');
+my $next = $node->background_psql('postgres', extra_params => [ '-U', 'bob' ]);
+my $npid = $next->query_safe('SELECT pg_backend_pid()');
+is($admin->query_safe("SELECT usename || '|' || preset || '|' || idle_releases FROM glibc_malloc_backends WHERE pid = $npid"),
+	'bob|default|0', 'the next backend starts with a fresh row');
+$next->quit;
+
+# Publishing at most once per stats_interval.
+$node->safe_psql('postgres', "ALTER SYSTEM SET glibc_malloc.stats_interval = '1h'; SELECT pg_reload_conf()");
+my $s = $node->background_psql('postgres');
+my $spid = $s->query_safe('SELECT pg_backend_pid()');
+my $t1 = $admin->query_safe("SELECT snapshot_at FROM glibc_malloc_backends WHERE pid = $spid");
+$s->query_safe("SET glibc_malloc.preset = 'frugal'") for 1 .. 3;
+is($admin->query_safe("SELECT snapshot_at FROM glibc_malloc_backends WHERE pid = $spid"), $t1,
+	'with stats_interval = 1h the snapshot is not republished at each transaction');
+$s->quit;
+
+$other->quit;
+$admin->quit;
+$node->stop;
+done_testing();
