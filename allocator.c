@@ -29,6 +29,9 @@ const char *gm_allocator = "unknown";
 /* Values the environment set for each parameter, -1 when it set none. */
 int64		gm_env_value[GM_NPARAMS];
 
+/* Whether this glibc keeps freed small chunks in fastbins (M_MXFAST). */
+bool		gm_glibc_has_fastbins = true;
+
 /* glibc.malloc.hugetlb from GLIBC_TUNABLES, or NULL. */
 const char *gm_env_hugetlb = NULL;
 
@@ -84,6 +87,32 @@ read_environment(void)
 	}
 }
 
+/*
+ * Probe for fastbins: free more small chunks than the tcache holds and see
+ * whether mallinfo counts fastbin chunks.  Newer glibc may drop fastbins,
+ * and M_MXFAST then does nothing.  Inconclusive (kept true) when the
+ * environment already set mxfast.
+ */
+static void
+probe_fastbins(void)
+{
+#ifdef GM_HAVE_GLIBC
+	void	   *p[32];
+	GmMallinfo	before,
+				after;
+
+	if (!gm_malloc_is_glibc || gm_env_value[GM_MXFAST] >= 0)
+		return;
+	gm_mallinfo(&before);
+	for (int i = 0; i < lengthof(p); i++)
+		p[i] = malloc(24);
+	for (int i = 0; i < lengthof(p); i++)
+		free(p[i]);
+	gm_mallinfo(&after);
+	gm_glibc_has_fastbins = after.smblks > before.smblks || after.fsmblks > before.fsmblks;
+#endif
+}
+
 /* Find out which malloc is live and read the environment; once per process. */
 void
 gm_allocator_init(void)
@@ -104,6 +133,7 @@ gm_allocator_init(void)
 		strncmp(gm_allocator, "libc-", 5) == 0;
 #endif
 	read_environment();
+	probe_fastbins();
 }
 
 /* The running glibc's version string, or NULL off glibc. */

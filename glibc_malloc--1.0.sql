@@ -64,6 +64,7 @@ CREATE FUNCTION glibc_malloc_diag_alloc(
     chunks integer DEFAULT 1,
     OUT mmapped_chunks integer,
     OUT heap_growth bigint,
+    OUT top_free_after_alloc bigint,
     OUT heap_kept_after_free bigint,
     OUT fastbin_bytes_after_free bigint,
     OUT first_byte integer)

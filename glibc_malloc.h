@@ -106,6 +106,7 @@ extern bool gm_malloc_is_glibc;
 extern const char *gm_allocator;
 extern int64 gm_env_value[GM_NPARAMS];
 extern const char *gm_env_hugetlb;
+extern bool gm_glibc_has_fastbins;
 extern void gm_allocator_init(void);
 extern const char *gm_glibc_version(void);
 extern int64 gm_mmap_threshold_limit(void);

@@ -63,6 +63,8 @@ glibc_malloc_settings(PG_FUNCTION_ARGS)
 		gm_resolve(p, &r);
 		if (!gm_malloc_is_glibc)
 			detail = psprintf("not applied: malloc is provided by %s, not by glibc", gm_allocator);
+		else if (p == GM_MXFAST && !gm_glibc_has_fastbins)
+			detail = psprintf("no effect: glibc %s has no fastbins", gm_glibc_version());
 		else if (r.source == GM_SRC_ENVIRONMENT)
 			detail = psprintf("set by %s", gm_params[p].tunable);
 		settings_row(rsinfo, gm_params[p].name, true, r.value,
@@ -185,7 +187,8 @@ glibc_malloc_trim(PG_FUNCTION_ARGS)
  * glibc_malloc_diag_alloc(chunk_size, chunks): diagnostic.  Allocates and
  * touches `chunks` blocks of `chunk_size` bytes, frees them in reverse, and
  * reports what glibc did, measured with mallinfo: how many blocks it served
- * by mmap, how much the heap grew, how much of that growth it still holds
+ * by mmap, how much the heap grew, the free top chunk left once all were
+ * allocated (M_TOP_PAD's extra), how much of the growth glibc still holds
  * after the frees, the fastbin bytes the frees left, and the first byte of
  * the first block before it was written (M_PERTURB's fill).
  */
@@ -200,8 +203,8 @@ glibc_malloc_diag_alloc(PG_FUNCTION_ARGS)
 				after;
 	void	  **blocks;
 	int			first_byte = -1;
-	Datum		values[5];
-	bool		nulls[5] = {0};
+	Datum		values[6];
+	bool		nulls[6] = {0};
 
 	if (chunk_size < 1 || chunks < 1 || chunks > 100000 ||
 		chunk_size > (int64) 1024 * 1024 * 1024 / chunks)
@@ -234,9 +237,10 @@ glibc_malloc_diag_alloc(PG_FUNCTION_ARGS)
 
 	values[0] = Int32GetDatum((int32) (during.hblks - before.hblks));
 	values[1] = Int64GetDatum((int64) during.arena - (int64) before.arena);
-	values[2] = Int64GetDatum((int64) after.arena - (int64) before.arena);
-	values[3] = Int64GetDatum((int64) after.fsmblks - (int64) before.fsmblks);
-	values[4] = Int32GetDatum(first_byte);
+	values[2] = Int64GetDatum((int64) during.keepcost);
+	values[3] = Int64GetDatum((int64) after.arena - (int64) before.arena);
+	values[4] = Int64GetDatum((int64) after.fsmblks - (int64) before.fsmblks);
+	values[5] = Int32GetDatum(first_byte);
 
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

@@ -13,6 +13,7 @@ CREATE FUNCTION pg_temp.record_objects(label text) RETURNS void LANGUAGE sql AS 
          coalesce((SELECT pg_get_viewdef(d.objid) FROM pg_class c WHERE c.oid = d.objid AND d.classid = 'pg_class'::regclass AND c.relkind = 'v'), '')
   FROM pg_depend d
   WHERE refclassid = 'pg_extension'::regclass AND deptype = 'e'
+    AND classid <> 'pg_type'::regclass   -- PG 18 also lists views' row types
     AND refobjid = (SELECT oid FROM pg_extension WHERE extname = 'glibc_malloc')
 $$;
 

@@ -73,7 +73,7 @@ $node->safe_psql('postgres', q{
 		OUT source text, OUT applied boolean, OUT detail text) RETURNS SETOF record
 		AS 'glibc_malloc', 'glibc_malloc_settings' LANGUAGE C PARALLEL SAFE;
 	CREATE FUNCTION worker_alloc(bigint, integer, OUT mmapped_chunks integer,
-		OUT heap_growth bigint, OUT heap_kept_after_free bigint,
+		OUT heap_growth bigint, OUT top_free_after_alloc bigint, OUT heap_kept_after_free bigint,
 		OUT fastbin_bytes_after_free bigint, OUT first_byte integer) RETURNS record
 		AS 'glibc_malloc', 'glibc_malloc_diag_alloc' LANGUAGE C PARALLEL SAFE;
 	CREATE FUNCTION worker_pid() RETURNS int AS 'pg_backend_pid' LANGUAGE internal PARALLEL SAFE;
