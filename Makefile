@@ -11,7 +11,11 @@ PGFILEDESC = "glibc_malloc - glibc malloc tunables under PostgreSQL control"
 
 REGRESS = glibc_malloc_gucs glibc_malloc_presets glibc_malloc_functions glibc_malloc_effect glibc_malloc_permissions glibc_malloc_backends glibc_malloc_upgrade
 
+# The TAP tests (t/) start servers as a non-root user; packaging builds
+# (debian/rules, autopkgtest) run only pg_regress and set NO_TAP_TESTS.
+ifndef NO_TAP_TESTS
 TAP_TESTS = 1
+endif
 
 PG_CFLAGS = -Wall -Werror
 PG_CPPFLAGS = -DGM_VERSION='"$(EXTVERSION)"'
@@ -20,3 +24,26 @@ SHLIB_LINK = -ldl
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# ---- release: PGXN archive, version checks ----
+
+EXTRA_CLEAN = META.json glibc_malloc-*.zip
+
+# META.json carries the control file's version.
+META.json: META.json.in glibc_malloc.control
+	sed 's/@VERSION@/$(EXTVERSION)/g' $< > $@
+
+# The archive PGXN takes: the committed tree plus the generated META.json.
+dist: META.json
+	git archive --format zip --prefix=glibc_malloc-$(EXTVERSION)/ --add-file=META.json -o glibc_malloc-$(EXTVERSION).zip HEAD
+
+# The version appears in the control file only; check everything agrees.
+versioncheck: META.json
+	@test -f glibc_malloc--$(EXTVERSION).sql || ls glibc_malloc--*--$(EXTVERSION).sql >/dev/null 2>&1 || \
+	  { echo "no install or upgrade script ends at version $(EXTVERSION)"; exit 1; }
+	@for f in glibc_malloc--*.sql; do echo " $(DATA) " | grep -q " $$f " || { echo "$$f is not in DATA"; exit 1; }; done
+	@grep -q '"version": "$(EXTVERSION)"' META.json || { echo "META.json does not say $(EXTVERSION)"; exit 1; }
+	@head -1 debian/changelog | grep -q '($(EXTVERSION)' || { echo "debian/changelog does not start at $(EXTVERSION)"; exit 1; }
+	@echo "version $(EXTVERSION): control file, SQL scripts, META.json and debian/changelog agree"
+
+.PHONY: dist versioncheck

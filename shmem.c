@@ -80,6 +80,7 @@ static GmShared *shared = NULL;
 static GmSlot *my_slot = NULL;
 static int	my_slot_pid = 0;
 static TimestampTz last_publish = 0;
+static struct sigaction prev_sigusr2;	/* chained, should anyone use it */
 
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 #if PG_VERSION_NUM >= 150000
@@ -256,6 +257,9 @@ gm_sigusr2_handler(SIGNAL_ARGS)
 	int			save_errno = errno;
 
 	gm_run_at_idle(gm_shmem_serve_requests);
+	if (prev_sigusr2.sa_handler != SIG_IGN && prev_sigusr2.sa_handler != SIG_DFL &&
+		!(prev_sigusr2.sa_flags & SA_SIGINFO))
+		prev_sigusr2.sa_handler(postgres_signal_arg);
 	errno = save_errno;
 }
 
@@ -282,7 +286,7 @@ gm_shmem_transaction_end(void)
 		sigemptyset(&act.sa_mask);
 		sigaddset(&act.sa_mask, SIGALRM);
 		act.sa_flags = SA_RESTART;
-		sigaction(SIGUSR2, &act, NULL);
+		sigaction(SIGUSR2, &act, &prev_sigusr2);
 		slot->signalable = true;
 	}
 

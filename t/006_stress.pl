@@ -41,9 +41,6 @@ $node->pgbench(
 	'pgbench with random presets and knobs',
 	{ 'stress.sql' => $script });
 
-my $log = slurp_file($node->logfile, $log_offset);
-unlike($log, qr/\b(ERROR|FATAL|PANIC|WARNING):/, 'the server log is clean');
-unlike($log, qr/terminated by signal/, 'no backend crashed');
-is($node->safe_psql('postgres', 'SELECT count(*) FROM t'), $rows, 'the server still answers');
+check_clean_server($node, $log_offset, $rows);
 $node->stop;
 done_testing();

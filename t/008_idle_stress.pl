@@ -86,9 +86,6 @@ note "idle releases: $releases";
 my $min = int(1000 * $seconds / 60);
 cmp_ok($releases, '>', $min, "the idle release ran more than $min times");
 
-my $log = slurp_file($node->logfile, $log_offset);
-unlike($log, qr/\b(ERROR|FATAL|PANIC|WARNING):/, 'the server log is clean');
-unlike($log, qr/terminated by signal/, 'no backend crashed');
-is($node->safe_psql('postgres', 'SELECT count(*) FROM t'), $rows, 'the server still answers');
+check_clean_server($node, $log_offset, $rows);
 $node->stop;
 done_testing();

@@ -15,7 +15,7 @@ use Test::More;
 use Time::HiRes qw(usleep);
 
 our @EXPORT = qw(new_node seed_sort_table seed_sort glibc_params rss_anon
-  count_syscalls settings_of parallel_option wait_for);
+  count_syscalls settings_of parallel_option wait_for check_clean_server);
 
 # The seed sort workload's query.
 sub seed_sort { return 'SELECT * FROM t ORDER BY a OFFSET 100000' }
@@ -109,6 +109,17 @@ sub parallel_option
 	my ($node) = @_;
 	return $node->safe_psql('postgres',
 		"SELECT count(*) FROM pg_settings WHERE name = 'debug_parallel_query'") ? 'debug_parallel_query' : 'force_parallel_mode';
+}
+
+# After a stress run: the server log since $offset is clean, no backend
+# crashed, and the server still answers with the seed table's $rows rows.
+sub check_clean_server
+{
+	my ($node, $offset, $rows) = @_;
+	my $log = PostgreSQL::Test::Utils::slurp_file($node->logfile, $offset);
+	unlike($log, qr/\b(ERROR|FATAL|PANIC|WARNING):/, 'the server log is clean');
+	unlike($log, qr/terminated by signal/, 'no backend crashed');
+	is($node->safe_psql('postgres', 'SELECT count(*) FROM t'), $rows, 'the server still answers');
 }
 
 # Poll $cond until it is true or $seconds pass; returns its last result.
