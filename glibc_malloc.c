@@ -9,8 +9,9 @@
  * shared_preload_libraries (the postmaster applies them once and every child
  * inherits them), SET, ALTER ROLE/DATABASE SET and ALTER SYSTEM.
  *
- * Loaded but unused, it calls mallopt never and costs one comparison per
- * query and per transaction end.
+ * Loaded but unused, it never calls mallopt; it costs one comparison per
+ * query and, per transaction end, a few comparisons (plus, when preloaded,
+ * a clock read and a snapshot at most once per glibc_malloc.stats_interval).
  *
  * IDENTIFICATION
  *		glibc_malloc.c
@@ -43,7 +44,7 @@ gm_ExecutorStart(QueryDesc *queryDesc, int eflags)
 		standard_ExecutorStart(queryDesc, eflags);
 }
 
-/* At the end of every top-level transaction, let frugal return memory. */
+/* At every top-level transaction end: frugal's trim, the idle release, the snapshot. */
 static void
 gm_xact_callback(XactEvent event, void *arg)
 {

@@ -33,9 +33,9 @@ for my $key (qw(glibc module greedy frugal balanced tunables jemalloc tcmalloc))
 	cmp_ok($c{$key}{fleet_rss_total} // 0, '>', 0, "$key: fleet RssAnon");
 	ok(defined $c{$key}{syscalls_per_query}, "$key: syscalls per query");
 }
-cmp_ok($c{$_}{select_tps}{median} // 0, '>', 0, "$_: pgbench -S median") for qw(glibc module greedy frugal balanced);
+cmp_ok($c{$_}{select_tps}{median} // 0, '>', 0, "$_: pgbench -S median") for qw(glibc module greedy frugal balanced publish0);
 is($c{glibc}{sort_tps}{ratio}, 1, 'ratios are against glibc defaults');
-is(scalar @{ $r->{targets} }, 5, 'balanced is checked against its five targets');
+is(scalar @{ $r->{targets} }, 6, 'balanced and publishing are checked against their six targets');
 cmp_ok($r->{trim_floor} // 0, '>', 0, 'the malloc_trim floor is measured');
 
 my $report = slurp_file($md);
