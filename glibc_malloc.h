@@ -118,6 +118,7 @@ extern int64 gm_release(size_t pad);
 extern volatile int64 gm_idle_releases;
 extern volatile int64 gm_idle_released_bytes;
 extern void gm_idle_arm(int delay_ms);
+extern void gm_idle_trim(void);
 extern bool gm_at_idle_wait(void);
 extern void gm_run_at_idle(void (*fn) (void));
 

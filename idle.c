@@ -81,14 +81,19 @@ gm_run_at_idle(void (*fn) (void))
 	at_idle_busy = false;
 }
 
+/* Trim and count it, for the idle release and for remote trim requests. */
+void
+gm_idle_trim(void)
+{
+	gm_idle_released_bytes += gm_release(0);
+	gm_idle_releases++;
+}
+
 /* The idle release itself: trim, count, and publish the new snapshot. */
 static void
 idle_release(void)
 {
-	int64		released = gm_release(0);
-
-	gm_idle_releases++;
-	gm_idle_released_bytes += released;
+	gm_idle_trim();
 	gm_shmem_serve_requests();
 }
 

@@ -241,12 +241,7 @@ gm_shmem_serve_requests(void)
 	req = pg_atomic_exchange_u32(&my_slot->requests, 0);
 
 	if (req & GM_REQ_TRIM)
-	{
-		int64		released = gm_release(0);
-
-		gm_idle_releases++;
-		gm_idle_released_bytes += released;
-	}
+		gm_idle_trim();
 	publish(GetCurrentTimestamp());
 }
 
