@@ -35,6 +35,10 @@ bool		gm_glibc_has_fastbins = true;
 /* glibc.malloc.hugetlb from GLIBC_TUNABLES, or NULL. */
 const char *gm_env_hugetlb = NULL;
 
+/* mallinfo2 (glibc 2.33+) and mallinfo, looked up once at load. */
+static void *mallinfo2_fn = NULL;
+static void *mallinfo_fn = NULL;
+
 /* Parse one environment value as glibc does (decimal or 0x hex). */
 static int64
 parse_env_number(const char *s)
@@ -132,6 +136,15 @@ gm_allocator_init(void)
 	gm_malloc_is_glibc = strncmp(gm_allocator, "libc.so", 7) == 0 ||
 		strncmp(gm_allocator, "libc-", 5) == 0;
 #endif
+#ifdef GM_HAVE_GLIBC
+	/*
+	 * Looked up by name so that one build runs on glibc before 2.33; here,
+	 * not on first use, because the idle point calls gm_mallinfo in signal
+	 * context, where dlsym is not safe.
+	 */
+	mallinfo2_fn = dlsym(RTLD_DEFAULT, "mallinfo2");
+	mallinfo_fn = dlsym(RTLD_DEFAULT, "mallinfo");
+#endif
 	read_environment();
 	probe_fastbins();
 }
@@ -171,17 +184,6 @@ gm_mallinfo(GmMallinfo *mi)
 	memset(mi, 0, sizeof(*mi));
 #ifdef GM_HAVE_GLIBC
 	{
-		static void *mallinfo2_fn = NULL;
-		static void *mallinfo_fn = NULL;
-		static bool looked_up = false;
-
-		/* Looked up by name so that one build runs on glibc before 2.33. */
-		if (!looked_up)
-		{
-			mallinfo2_fn = dlsym(RTLD_DEFAULT, "mallinfo2");
-			mallinfo_fn = dlsym(RTLD_DEFAULT, "mallinfo");
-			looked_up = true;
-		}
 		if (mallinfo2_fn)
 		{
 			/* struct mallinfo2 is ten size_t fields, as GmMallinfo. */
@@ -208,35 +210,56 @@ gm_mallinfo(GmMallinfo *mi)
 
 /*
  * This process's RssAnon in bytes, from /proc/self/status; -1 if unknown.
- * Async-signal-safe (open/read/close, no stdio): the idle release calls it
- * from a timeout handler.
+ * Async-signal-safe (open/read/close, no stdio): the idle point calls it in
+ * signal context.  The file is read whole, in pieces, line by line: with
+ * many supplementary groups its Groups: line alone exceeds 4 kB.
  */
 int64
 gm_rss_anon(void)
 {
-	char		buf[4096];
+	static const char key[] = "RssAnon:";
+	char		buf[1024];
 	ssize_t		n;
 	int			fd = open("/proc/self/status", O_RDONLY);
-	const char *p;
+	int			matched = 0;	/* chars of key matched at a line start; -1 = not at one */
+	bool		in_value = false;
+	bool		digits = false;
 	int64		kb = 0;
 
 	if (fd < 0)
 		return -1;
-	n = read(fd, buf, sizeof(buf) - 1);
+	while ((n = read(fd, buf, sizeof(buf))) > 0)
+	{
+		for (ssize_t i = 0; i < n; i++)
+		{
+			char		c = buf[i];
+
+			if (in_value)
+			{
+				if (c >= '0' && c <= '9')
+				{
+					kb = kb * 10 + (c - '0');
+					digits = true;
+				}
+				else if (digits || (c != ' ' && c != '\t'))
+				{
+					close(fd);
+					return digits ? kb * 1024 : -1;
+				}
+			}
+			else if (c == '\n')
+				matched = 0;
+			else if (matched >= 0 && c == key[matched])
+			{
+				if (++matched == sizeof(key) - 1)
+					in_value = true;
+			}
+			else
+				matched = -1;
+		}
+	}
 	close(fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = '\0';
-	p = strstr(buf, "RssAnon:");
-	if (p == NULL)
-		return -1;
-	for (p += 8; *p == ' ' || *p == '\t'; p++)
-		;
-	if (*p < '0' || *p > '9')
-		return -1;
-	for (; *p >= '0' && *p <= '9'; p++)
-		kb = kb * 10 + (*p - '0');
-	return kb * 1024;
+	return digits ? kb * 1024 : -1;
 }
 
 /*

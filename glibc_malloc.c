@@ -13,6 +13,17 @@
  * query and, per transaction end, a few comparisons (plus, when preloaded,
  * a clock read and a snapshot at most once per glibc_malloc.stats_interval).
  *
+ * This file is the only place that wires lifecycle events:
+ *
+ *	statement start		take over the transaction-end trim if the idle
+ *						point has not run yet; presets follow work_mem
+ *	transaction end		note what is pending: the preset's trim, the idle
+ *						release, a publish skipped by stats_interval; serve
+ *						requests and publish when due
+ *	idle point			(idle.c, signal context) do what is due, after the
+ *						transaction's memory is freed and its GUCs rolled back
+ *	settings change		(assign hooks, also at GUC rollback) re-plan
+ *
  * IDENTIFICATION
  *		glibc_malloc.c
  *
@@ -24,6 +35,8 @@
 #include "executor/executor.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "storage/ipc.h"
+#include "utils/timestamp.h"
 
 #include "glibc_malloc.h"
 
@@ -33,18 +46,153 @@ void		_PG_init(void);
 
 static ExecutorStart_hook_type prev_ExecutorStart = NULL;
 
-/* Let greedy follow work_mem before the query runs, then chain. */
+/*
+ * What the last transaction end left for later.  Written in normal context;
+ * the idle point (signal context) reads and clears them, and runs only while
+ * normal code is provably waiting for the client.
+ */
+static volatile sig_atomic_t pend_xact_trim = false;	/* the preset's trim */
+static volatile sig_atomic_t pend_release = false;	/* the idle release */
+static volatile sig_atomic_t pend_publish = false;	/* a skipped publish */
+static TimestampTz xact_end_at = 0; /* 0: not read yet */
+
+/* ms until the earliest pending work is due (0: now), or -1; plain reads only. */
+static int64
+next_due(TimestampTz now)
+{
+	int64		best = -1;
+	GmSource	source;
+	int			delay = gm_idle_delay(&source);
+
+	if (pend_xact_trim)
+		best = 0;
+	if (pend_release && delay > 0 && xact_end_at != 0)
+	{
+		TimestampTz due = xact_end_at + (int64) delay * 1000;
+		int64		ms = due <= now ? 0 : (due - now + 999) / 1000;
+
+		if (best < 0 || ms < best)
+			best = ms;
+	}
+	if (pend_publish)
+	{
+		int64		ms = gm_shmem_publish_due(now);
+
+		if (ms >= 0 && (best < 0 || ms < best))
+			best = ms;
+	}
+	return best;
+}
+
+/* Signal-safe: whether anything waits for the idle point. */
+static bool
+idle_pending(TimestampTz now)
+{
+	return next_due(now) >= 0 || gm_shmem_has_requests();
+}
+
+/*
+ * The idle point (signal context, see idle.c): requests from other
+ * backends, the preset's transaction-end trim, the idle release once its
+ * delay has passed, and a publish skipped by stats_interval once it is due.
+ */
+static int64
+idle_point(TimestampTz now)
+{
+	GmSource	source;
+	int			delay = gm_idle_delay(&source);
+
+	gm_shmem_serve_requests(true);
+	if (pend_xact_trim)
+	{
+		pend_xact_trim = false;
+		gm_xact_trim();
+	}
+	if (pend_release && (delay <= 0 || xact_end_at == 0))
+		pend_release = false;
+	else if (pend_release && now >= xact_end_at + (int64) delay * 1000)
+	{
+		pend_release = false;
+		gm_idle_trim();
+		gm_shmem_publish(now);
+		pend_publish = false;
+	}
+	if (pend_publish)
+	{
+		int64		ms = gm_shmem_publish_due(now);
+
+		if (ms <= 0)
+		{
+			if (ms == 0)
+				gm_shmem_publish(now);
+			pend_publish = false;
+		}
+	}
+	return next_due(now);
+}
+
+/*
+ * Normal context, after a transaction end or a settings change: schedule
+ * the idle point for what is pending.  Without an idle point (background
+ * processes, single-user mode), the preset's trim runs right away.
+ */
+static void
+plan(void)
+{
+	GmSource	source;
+	TimestampTz now;
+	int64		ms;
+
+	if (!pend_xact_trim && !pend_publish &&
+		(!pend_release || gm_idle_delay(&source) <= 0))
+		return;
+	if (!gm_idle_enabled())
+	{
+		if (pend_xact_trim)
+		{
+			pend_xact_trim = false;
+			gm_xact_trim();
+		}
+		return;
+	}
+	now = GetCurrentTimestamp();
+	if (xact_end_at == 0)
+		xact_end_at = now;
+	ms = next_due(now);
+	if (ms >= 0)
+		gm_idle_schedule(now, ms);
+}
+
+/* Before each query: the pending trim, in normal context; then follow work_mem. */
+static void
+statement_start(void)
+{
+	if (pend_xact_trim)
+	{
+		pend_xact_trim = false;
+		gm_xact_trim();
+	}
+	gm_statement_start();
+}
+
+/* Let presets follow work_mem before the query runs, then chain. */
 static void
 gm_ExecutorStart(QueryDesc *queryDesc, int eflags)
 {
-	gm_statement_start();
+	statement_start();
 	if (prev_ExecutorStart)
 		prev_ExecutorStart(queryDesc, eflags);
 	else
 		standard_ExecutorStart(queryDesc, eflags);
 }
 
-/* At every top-level transaction end: frugal's trim, the idle release, the snapshot. */
+/*
+ * At every top-level transaction end.  The callbacks run before GUC
+ * rollback, lock release and the freeing of the transaction's memory, so
+ * the work itself is left to the idle point or the next statement start;
+ * here only what is pending is noted, requests are served and the snapshot
+ * published when due.  Nothing while exiting (a failed login).
+ */
 static void
 gm_xact_callback(XactEvent event, void *arg)
 {
@@ -55,19 +203,30 @@ gm_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PREPARE:
 		case XACT_EVENT_PARALLEL_COMMIT:
 		case XACT_EVENT_PARALLEL_ABORT:
-			gm_transaction_end();
-			gm_shmem_transaction_end();
+			if (proc_exit_inprogress)
+				break;
+			pend_release = true;
+			pend_xact_trim = gm_xact_trim_wanted();
+			xact_end_at = 0;
+			if (gm_shmem_active())
+			{
+				xact_end_at = GetCurrentTimestamp();
+				pend_publish = gm_shmem_transaction_end(xact_end_at);
+			}
+			plan();
 			break;
 		default:
 			break;
 	}
 }
 
-/* Module load: learn the allocator, define the GUCs, install the hooks. */
+/* Module load: learn the allocator, define the GUCs, wire the lifecycle. */
 void
 _PG_init(void)
 {
 	gm_allocator_init();
+	gm_idle_setup(idle_point, idle_pending);
+	gm_on_settings_change = plan;
 	gm_define_gucs();
 	if (process_shared_preload_libraries_in_progress)
 		gm_shmem_init();

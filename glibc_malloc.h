@@ -19,6 +19,7 @@
 #define GLIBC_MALLOC_H
 
 #include "glibc_malloc_compat.h"
+#include "datatype/timestamp.h"
 
 /* The glibc parameters the module manages, in report order. */
 typedef enum GmParam
@@ -43,13 +44,28 @@ typedef enum GmSource
 	GM_SRC_ENVIRONMENT			/* GLIBC_TUNABLES or MALLOC_*_ */
 } GmSource;
 
-typedef enum GmPreset
+/* Presets are rows of settings.c's gm_presets[]; row 0 leaves glibc alone. */
+#define GM_PRESET_DEFAULT 0
+
+/* How a preset derives mmap_threshold and trim_threshold. */
+typedef enum GmThresholdRule
 {
-	GM_PRESET_DEFAULT,
-	GM_PRESET_GREEDY,
-	GM_PRESET_FRUGAL,
-	GM_PRESET_BALANCED
-} GmPreset;
+	GM_RULE_GLIBC,				/* leave them to glibc */
+	GM_RULE_WORK_MEM,			/* keep about two work_mem; follow work_mem */
+	GM_RULE_FIXED				/* fixed_threshold */
+} GmThresholdRule;
+
+/* One preset: everything it does (see settings.c). */
+typedef struct GmPresetDef
+{
+	const char *name;
+	GmThresholdRule rule;
+	int64		fixed_threshold;	/* bytes, for GM_RULE_FIXED */
+	int64		top_pad;		/* bytes, or -1 to leave M_TOP_PAD alone */
+	int			idle_delay_ms;	/* idle release after this long; 0 = none */
+	int64		xact_trim_bytes;	/* trim after transactions once this much
+									 * more is free; 0 = never */
+} GmPresetDef;
 
 /* Static description of one managed parameter. */
 typedef struct GmParamInfo
@@ -90,13 +106,15 @@ extern const GmParamInfo gm_params[GM_NPARAMS];
 extern const char *const gm_source_names[];
 
 /* settings.c */
+extern void (*gm_on_settings_change) (void);
 extern void gm_define_gucs(void);
 extern void gm_apply(void);
 extern void gm_statement_start(void);
-extern void gm_transaction_end(void);
+extern bool gm_xact_trim_wanted(void);
+extern void gm_xact_trim(void);
 extern void gm_resolve(GmParam p, GmResolved *r);
 extern bool gm_dynamic_active(GmSource *frozen_by);
-extern int64 gm_preset_value(GmPreset preset, GmParam p);
+extern int64 gm_preset_value(int preset, GmParam p);
 extern int	gm_idle_delay(GmSource *source);
 extern int	gm_current_preset(void);
 extern const char *gm_preset_name(int preset);
@@ -114,18 +132,30 @@ extern void gm_mallinfo(GmMallinfo *mi);
 extern int64 gm_rss_anon(void);
 extern int64 gm_release(size_t pad);
 
-/* idle.c */
+/*
+ * idle.c.  The idle work runs at the idle point, in signal context; it
+ * returns in how many ms it wants to run again (-1: not before something
+ * schedules it).  The pending check is signal-safe and says whether
+ * anything is waiting for the idle point.
+ */
+typedef int64 (*GmIdleWork) (TimestampTz now);
+typedef bool (*GmIdlePending) (TimestampTz now);
 extern volatile int64 gm_idle_releases;
 extern volatile int64 gm_idle_released_bytes;
-extern void gm_idle_arm(int delay_ms);
+extern void gm_idle_setup(GmIdleWork work, GmIdlePending pending);
+extern bool gm_idle_enabled(void);
+extern void gm_idle_schedule(TimestampTz now, int64 delay_ms);
 extern void gm_idle_trim(void);
 extern bool gm_at_idle_wait(void);
-extern void gm_run_at_idle(void (*fn) (void));
 
 /* shmem.c */
 extern int	gm_stats_interval;
 extern void gm_shmem_init(void);
-extern void gm_shmem_transaction_end(void);
-extern void gm_shmem_serve_requests(void);
+extern bool gm_shmem_active(void);
+extern bool gm_shmem_transaction_end(TimestampTz now);
+extern bool gm_shmem_has_requests(void);
+extern void gm_shmem_serve_requests(bool at_idle);
+extern void gm_shmem_publish(TimestampTz now);
+extern int64 gm_shmem_publish_due(TimestampTz now);
 
 #endif							/* GLIBC_MALLOC_H */

@@ -45,6 +45,42 @@
 #define GM_MODULE_MAGIC PG_MODULE_MAGIC
 #endif
 
+/* The predefined roles were "default roles" before PG 14. */
+#if PG_VERSION_NUM < 140000
+#define ROLE_PG_READ_ALL_STATS DEFAULT_ROLE_READ_ALL_STATS
+#define ROLE_PG_SIGNAL_BACKEND DEFAULT_ROLE_SIGNAL_BACKENDID
+#endif
+
+/*
+ * MaxBackends: from PG 15 computed before shmem_request_hook runs; before
+ * PG 15 it is still 0 in _PG_init, where the request is made, so compute it
+ * as InitializeMaxBackends() will.
+ */
+#if PG_VERSION_NUM >= 150000
+#define GM_MAX_BACKENDS() (MaxBackends)
+#else
+#include "postmaster/autovacuum.h"
+#include "postmaster/postmaster.h"
+#include "replication/walsender.h"
+#define GM_MAX_BACKENDS() \
+	(MaxConnections + autovacuum_max_workers + 1 + max_worker_processes + max_wal_senders)
+#endif
+
+/*
+ * The backend status snapshot behind pg_stat_activity, by position: PG 16
+ * renamed the accessor; PG 13 declares it in pgstat.h.
+ */
+#if PG_VERSION_NUM >= 140000
+#include "utils/backend_status.h"
+#else
+#include "pgstat.h"
+#endif
+#if PG_VERSION_NUM >= 160000
+#define gm_local_beentry(i) pgstat_get_local_beentry_by_index(i)
+#else
+#define gm_local_beentry(i) pgstat_fetch_stat_local_beentry(i)
+#endif
+
 /* This process's PGPROC number: ProcNumber from PG 17. */
 #if PG_VERSION_NUM >= 170000
 #define GM_MY_PROC_NUMBER() (MyProcNumber)

@@ -1,17 +1,24 @@
 /*-------------------------------------------------------------------------
  *
  * idle.c
- *		Give free malloc memory back to the OS when a backend goes idle.
+ *		Run work at the idle point: while a client backend provably waits
+ *		for its next command.
  *
  * PostgreSQL gives extensions no hook that runs while a backend waits for
- * its client.  At the end of every top-level transaction of a client
- * backend we arm a timeout (RegisterTimeout/enable_timeout_after); when it
- * fires, its handler runs in signal context and calls malloc_trim(0) only if
- * the interrupted code is provably the idle wait for the next command.
+ * its client.  This file provides one, for client backends: a per-process
+ * POSIX timer (timer_create) and requests from other backends both raise
+ * SIGUSR2, which regular backends otherwise ignore, and the handler runs
+ * the work it was given (gm_idle_setup) only if the interrupted code is
+ * provably the idle wait.  The work says when it wants to run again; when
+ * the backend is not at the idle wait, the handler retries later while
+ * work is pending, so a release that fell due during a ClientWrite stall,
+ * a commit or a failed transaction block is not lost.  The timer is the
+ * module's own: PostgreSQL's disable_all_timeouts() on an error does not
+ * cancel it.
  *
  * Safety argument.  malloc-family functions are not async-signal-safe
  * because the interrupted code might be inside one, holding an arena lock or
- * halfway through updating a free list.  The handler acts only when both
+ * halfway through updating a free list.  The handler acts only when all of
  *
  *	(a) the reported wait event is WAIT_EVENT_CLIENT_READ: the backend is inside
  *		WaitEventSetWait() for the client socket, between
@@ -26,109 +33,195 @@
  *		data (which runs inside a transaction) and not between the messages
  *		of an extended-protocol sequence (Parse starts a transaction that
  *		only Sync ends).
+ *	(c) InterruptHoldoffCount and CritSectionCount are 0 and the process is
+ *		not exiting: an ERROR thrown out of the wait leaves the wait event
+ *		set, but PostgresMain's error recovery holds interrupts while it
+ *		cleans up (and frees memory).
  *
- * Both checks are plain reads of process-local memory, safe in a handler.
+ * All checks are plain reads of process-local memory, safe in a handler.
  * malloc_trim takes each arena's mutex.  If an extension has started
  * threads, one of them may hold a lock: the handler then waits for that
  * thread to finish its malloc call, which never waits on this thread, so
  * the outcome is a short wait, not corruption.  RssAnon is read with
- * open/read/close, which are async-signal-safe.
+ * open/read/close and the timer is set with timer_settime, both
+ * async-signal-safe.
  *
- * Cost when unused: one comparison per transaction end.  When used:
- * enable_timeout_after per transaction end, which re-arms the interval
- * timer only when the new deadline is earlier than the pending one.
+ * Cost: nothing until something is scheduled.  Then one timer_settime at
+ * most per scheduled delay: a transaction end that wants a later wake-up
+ * than the one already armed only stores its due time, and the handler
+ * re-arms when it finds the work not yet due.
  *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
 
+#include <signal.h>
+#include <time.h>
+
 #include "access/xact.h"
 #include "miscadmin.h"
+#include "port/atomics.h"
+#include "storage/ipc.h"
 #include "tcop/dest.h"
 #include "tcop/tcopprot.h"
-#include "utils/timeout.h"
+#include "utils/timestamp.h"
 
 #include "glibc_malloc.h"
 
-/* Counters for glibc_malloc_stats(); written only by the handler. */
+/* Retry while not at the idle wait: outside a transaction, and inside one. */
+#define GM_IDLE_RETRY_MS		20
+#define GM_IDLE_BUSY_RETRY_MS	1000
+
+/* Counters for glibc_malloc_stats(); written only at the idle point or in normal context. */
 volatile int64 gm_idle_releases = 0;
 volatile int64 gm_idle_released_bytes = 0;
 
-static TimeoutId idle_timeout;
-static volatile sig_atomic_t at_idle_busy = false;
-static int	idle_timeout_pid = 0;	/* process that registered it */
+static GmIdleWork idle_work = NULL;
+static GmIdlePending idle_pending = NULL;
+
+static int	setup_pid = 0;		/* the process that set up handler and timer */
+static bool timer_ok = false;
+static timer_t idle_timer;
+static pg_atomic_uint64 armed_for;	/* TimestampTz the timer fires at; 0 = not armed */
+static volatile sig_atomic_t in_idle_work = false;
+static struct sigaction prev_sigusr2;	/* chained, should anyone use it */
 
 /* Whether this backend is provably in the idle wait (see above). */
 bool
 gm_at_idle_wait(void)
 {
 	return GM_CURRENT_WAIT_EVENT() == WAIT_EVENT_CLIENT_READ &&
+		InterruptHoldoffCount == 0 && CritSectionCount == 0 &&
+		!proc_exit_inprogress &&
 		!IsTransactionOrTransactionBlock();
 }
 
-/*
- * From a signal handler: run fn only at the idle wait, and never nested (a
- * second handler interrupting the first one's malloc_trim would re-enter
- * malloc on the same thread and deadlock on the arena lock).
- */
-void
-gm_run_at_idle(void (*fn) (void))
+/* Set the timer to fire in delay_ms; async-signal-safe. */
+static void
+arm(int64 delay_ms)
 {
-	if (at_idle_busy || !gm_at_idle_wait())
-		return;
-	at_idle_busy = true;
-	fn();
-	at_idle_busy = false;
+	struct itimerspec its;
+
+	if (delay_ms < 1)
+		delay_ms = 1;
+	memset(&its, 0, sizeof(its));
+	its.it_value.tv_sec = delay_ms / 1000;
+	its.it_value.tv_nsec = (delay_ms % 1000) * 1000000;
+	if (timer_settime(idle_timer, 0, &its, NULL) == 0)
+		pg_atomic_write_u64(&armed_for, GetCurrentTimestamp() + delay_ms * 1000);
 }
 
-/* Trim and count it, for the idle release and for remote trim requests. */
+/* SIGUSR2: our timer, or a request from another backend (shmem.c). */
+static void
+gm_sigusr2_handler(int signo, siginfo_t *info, void *context)
+{
+	int			save_errno = errno;
+
+	if (setup_pid == MyProcPid && !in_idle_work)
+	{
+		TimestampTz now = GetCurrentTimestamp();
+
+		if (info != NULL && info->si_code == SI_TIMER)
+			pg_atomic_write_u64(&armed_for, 0);
+
+		if (gm_at_idle_wait())
+		{
+			int64		next;
+
+			/* Never nested: re-entering malloc_trim would deadlock. */
+			in_idle_work = true;
+			next = idle_work(now);
+			in_idle_work = false;
+			if (next >= 0)
+				arm(next);
+		}
+		else if (idle_pending(now))
+			arm(IsTransactionOrTransactionBlock() ? GM_IDLE_BUSY_RETRY_MS : GM_IDLE_RETRY_MS);
+	}
+
+	if (prev_sigusr2.sa_handler != SIG_IGN && prev_sigusr2.sa_handler != SIG_DFL)
+	{
+		if (prev_sigusr2.sa_flags & SA_SIGINFO)
+			prev_sigusr2.sa_sigaction(signo, info, context);
+		else
+			prev_sigusr2.sa_handler(signo);
+	}
+	errno = save_errno;
+}
+
+/* Give the work to run at the idle point; once, from _PG_init. */
+void
+gm_idle_setup(GmIdleWork work, GmIdlePending pending)
+{
+	idle_work = work;
+	idle_pending = pending;
+}
+
+/*
+ * Whether this process has an idle point (a client backend talking to a
+ * client, on glibc's malloc), setting up the handler and the timer on first
+ * use.  Normal context only.
+ */
+bool
+gm_idle_enabled(void)
+{
+	struct sigaction act;
+	struct sigevent sev;
+
+	if (setup_pid == MyProcPid)
+		return timer_ok;
+	if (idle_work == NULL || !gm_malloc_is_glibc || proc_exit_inprogress ||
+		MyBackendType != B_BACKEND || whereToSendOutput != DestRemote)
+		return false;
+
+	setup_pid = MyProcPid;
+	pg_atomic_init_u64(&armed_for, 0);
+	memset(&sev, 0, sizeof(sev));
+	sev.sigev_notify = SIGEV_SIGNAL;
+	sev.sigev_signo = SIGUSR2;
+	timer_ok = timer_create(CLOCK_MONOTONIC, &sev, &idle_timer) == 0;
+	if (!timer_ok)
+		return false;
+
+	/* Regular backends ignore SIGUSR2; block SIGALRM while serving. */
+	memset(&act, 0, sizeof(act));
+	act.sa_sigaction = gm_sigusr2_handler;
+	sigemptyset(&act.sa_mask);
+	sigaddset(&act.sa_mask, SIGALRM);
+	act.sa_flags = SA_RESTART | SA_SIGINFO;
+	sigaction(SIGUSR2, &act, &prev_sigusr2);
+	return true;
+}
+
+/*
+ * Normal context: make sure the idle work runs no later than delay_ms after
+ * now (sooner is fine: the work re-arms for what is not due yet).
+ */
+void
+gm_idle_schedule(TimestampTz now, int64 delay_ms)
+{
+	uint64		armed;
+	sigset_t	block,
+				old;
+
+	if (!gm_idle_enabled())
+		return;
+	armed = pg_atomic_read_u64(&armed_for);
+	if (armed != 0 && armed <= (uint64) (now + delay_ms * 1000))
+		return;
+
+	/* The handler arms too: keep it out while the timer and armed_for change. */
+	sigemptyset(&block);
+	sigaddset(&block, SIGUSR2);
+	sigprocmask(SIG_BLOCK, &block, &old);
+	arm(delay_ms);
+	sigprocmask(SIG_SETMASK, &old, NULL);
+}
+
+/* Return free memory to the OS and count it: the idle release and remote trims. */
 void
 gm_idle_trim(void)
 {
 	gm_idle_released_bytes += gm_release(0);
 	gm_idle_releases++;
-}
-
-/* The idle release itself: trim, count, and publish the new snapshot. */
-static void
-idle_release(void)
-{
-	gm_idle_trim();
-	gm_shmem_serve_requests();
-}
-
-/* Timeout handler, in signal context. */
-static void
-idle_release_handler(void)
-{
-	int			save_errno = errno;
-
-	gm_run_at_idle(idle_release);
-	errno = save_errno;
-}
-
-/*
- * At top-level transaction end: arm the idle release if one is configured,
- * or cancel a pending one when the delay was just turned off.
- */
-void
-gm_idle_arm(int delay_ms)
-{
-	bool		registered = idle_timeout_pid == MyProcPid;
-
-	if (delay_ms <= 0 || !gm_malloc_is_glibc ||
-		MyBackendType != B_BACKEND || whereToSendOutput != DestRemote)
-	{
-		if (registered && get_timeout_active(idle_timeout))
-			disable_timeout(idle_timeout, false);
-		return;
-	}
-
-	/* Timeouts are per process and reset at backend start: register lazily. */
-	if (!registered)
-	{
-		idle_timeout = RegisterTimeout(USER_TIMEOUT, idle_release_handler);
-		idle_timeout_pid = MyProcPid;
-	}
-	enable_timeout_after(idle_timeout, delay_ms);
 }

@@ -31,15 +31,30 @@
 /* Largest kB value whose byte count still fits mallopt's int argument. */
 #define GM_MAX_KB			(INT_MAX / 1024)
 
-/* frugal: glibc's static thresholds and a small top pad. */
-#define FRUGAL_THRESHOLD	(128 * 1024)
-#define FRUGAL_TOP_PAD		(64 * 1024)
+/*
+ * The presets.  Everything a preset does is in its row; nothing else in
+ * the module branches on a particular preset, so a new preset is one row.
+ *
+ *	rule			how it derives mmap_threshold and trim_threshold:
+ *					GM_RULE_GLIBC leaves glibc alone; GM_RULE_WORK_MEM keeps
+ *					about two work_mem (the original proposal's rule) and
+ *					follows work_mem before each query; GM_RULE_FIXED uses
+ *					fixed_threshold
+ *	fixed_threshold	bytes, for GM_RULE_FIXED
+ *	top_pad			M_TOP_PAD in bytes, or -1 to leave it alone
+ *	idle_delay_ms	return free memory once idle this long (0: never)
+ *	xact_trim_bytes	return free memory after each transaction once this
+ *					much more is free than after the last such trim (0: never)
+ */
+static const GmPresetDef gm_presets[] = {
+	/* name		rule			fixed_threshold	top_pad		idle_delay_ms	xact_trim_bytes */
+	{"default", GM_RULE_GLIBC, 0, -1, 0, 0},
+	{"greedy", GM_RULE_WORK_MEM, 0, -1, 0, 0},
+	{"frugal", GM_RULE_FIXED, 128 * 1024, 64 * 1024, 0, 1024 * 1024},
+	{"balanced", GM_RULE_WORK_MEM, 0, -1, 1000, 0},
+};
 
-/* frugal trims at transaction end once this much more heap is free. */
-#define FRUGAL_TRIM_MIN		(1024 * 1024)
-
-/* balanced: greedy's thresholds, released after this long idle (ms). */
-#define BALANCED_IDLE_DELAY	1000
+#define GM_NPRESETS lengthof(gm_presets)
 
 const GmParamInfo gm_params[GM_NPARAMS] = {
 	[GM_TRIM_THRESHOLD] = {"trim_threshold", M_TRIM_THRESHOLD,
@@ -67,13 +82,8 @@ const char *const gm_source_names[] = {
 	[GM_SRC_ENVIRONMENT] = "environment",
 };
 
-static const struct config_enum_entry preset_options[] = {
-	{"default", GM_PRESET_DEFAULT, false},
-	{"greedy", GM_PRESET_GREEDY, false},
-	{"frugal", GM_PRESET_FRUGAL, false},
-	{"balanced", GM_PRESET_BALANCED, false},
-	{NULL, 0, false}
-};
+/* glibc_malloc.preset's values, filled from gm_presets[]. */
+static struct config_enum_entry preset_options[GM_NPRESETS + 1];
 
 /* GUC variables (the GUC machinery writes these after the assign hook). */
 static int	preset_guc = GM_PRESET_DEFAULT;
@@ -81,13 +91,24 @@ static int	max_trim_threshold_guc = 64 * 1024;
 static int	idle_release_delay_guc = -1;
 static int	knob_guc[GM_NPARAMS];
 
+/* Called after a setting that changes the idle work changed (see gm_on_settings_change). */
+void		(*gm_on_settings_change) (void) = NULL;
+
+/* Whether the module was loaded through shared_preload_libraries. */
+static bool preloaded = false;
+
 /* Shadow copies kept by the assign hooks: what gm_apply() resolves from. */
 static int	cur_preset = GM_PRESET_DEFAULT;
 static int64 cur_max_trim = (int64) 64 * 1024 * 1024;
 static int64 cur_knob[GM_NPARAMS];	/* bytes or count; -1 = not set */
+static int	cur_idle_delay = -1;
 
-/* What this process last passed to mallopt, -1 = never (inherited on fork). */
-static int64 applied[GM_NPARAMS] = {-1, -1, -1, -1, -1, -1, -1, -1};
+/*
+ * What this process last passed to mallopt, -1 = never (inherited on fork).
+ * Set to -1 in a loop by gm_define_gucs: a 0 here would claim mallopt had
+ * been called.
+ */
+static int64 applied[GM_NPARAMS];
 
 /* Whether glibc's dynamic thresholds were frozen, and by what. */
 static bool dynamic_frozen = false;
@@ -129,8 +150,8 @@ static const GmGucDef guc_defs[GM_NPARAMS] = {
 	-1, -1, GM_MAX_KB, PGC_SUSET, GUC_UNIT_KB, 1024},
 	[GM_MMAP_MAX] = {"Sets M_MMAP_MAX: the most chunks served by mmap at once (-1: not set).",
 	-1, -1, INT_MAX, PGC_SUSET, 0, 1},
-	[GM_MXFAST] = {"Sets M_MXFAST: the largest request served from fastbins, 0..160 bytes (-1: not set).",
-	-1, -1, 160, PGC_SUSET, GUC_UNIT_BYTE, 1},
+	[GM_MXFAST] = {"Sets M_MXFAST: the largest request served from fastbins, at most 80 * sizeof(size_t) / 4 bytes (-1: not set).",
+	-1, -1, 80 * sizeof(size_t) / 4, PGC_SUSET, GUC_UNIT_BYTE, 1},
 	[GM_PERTURB] = {"Sets M_PERTURB: fill allocated and freed memory with this byte, for debugging (0: off).",
 	0, 0, 255, PGC_SUSET, 0, 1},
 	[GM_ARENA_MAX] = {"Sets M_ARENA_MAX in the postmaster: the most malloc arenas (0: glibc's default).",
@@ -141,30 +162,27 @@ static const GmGucDef guc_defs[GM_NPARAMS] = {
 
 /* The byte count that preset gives parameter p, or -1 when it leaves p alone. */
 int64
-gm_preset_value(GmPreset preset, GmParam p)
+gm_preset_value(int preset, GmParam p)
 {
-	switch (preset)
+	const GmPresetDef *def = &gm_presets[preset];
+
+	if (p == GM_TOP_PAD)
+		return def->top_pad;
+	if (p != GM_MMAP_THRESHOLD && p != GM_TRIM_THRESHOLD)
+		return -1;
+	switch (def->rule)
 	{
-		case GM_PRESET_GREEDY:
-		case GM_PRESET_BALANCED:
+		case GM_RULE_WORK_MEM:
 			{
 				/* The original proposal's rule: keep about two work_mem. */
 				int64		mmap = Min((int64) work_mem * 1024 + 4096,
 									   Min(cur_max_trim / 2, gm_mmap_threshold_limit()));
 
-				if (p == GM_MMAP_THRESHOLD)
-					return mmap;
-				if (p == GM_TRIM_THRESHOLD)
-					return Min(2 * mmap, cur_max_trim);
-				return -1;
+				return p == GM_MMAP_THRESHOLD ? mmap : Min(2 * mmap, cur_max_trim);
 			}
-		case GM_PRESET_FRUGAL:
-			if (p == GM_MMAP_THRESHOLD || p == GM_TRIM_THRESHOLD)
-				return FRUGAL_THRESHOLD;
-			if (p == GM_TOP_PAD)
-				return FRUGAL_TOP_PAD;
-			return -1;
-		case GM_PRESET_DEFAULT:
+		case GM_RULE_FIXED:
+			return def->fixed_threshold;
+		case GM_RULE_GLIBC:
 			break;
 	}
 	return -1;
@@ -181,28 +199,37 @@ gm_current_preset(void)
 const char *
 gm_preset_name(int preset)
 {
-	for (const struct config_enum_entry *e = preset_options; e->name; e++)
-		if (e->val == preset)
-			return e->name;
-	return "unknown";
+	if (preset < 0 || preset >= GM_NPRESETS)
+		return "unknown";
+	return gm_presets[preset].name;
 }
 
-/* The effective idle release delay in ms (0 = off), and its source. */
+/*
+ * The effective idle release delay in ms (0 = off), and its source.  Plain
+ * reads only: the idle point calls it in signal context.
+ */
 int
 gm_idle_delay(GmSource *source)
 {
-	if (idle_release_delay_guc >= 0)
+	if (cur_idle_delay >= 0)
 	{
 		*source = GM_SRC_SETTING;
-		return idle_release_delay_guc;
+		return cur_idle_delay;
 	}
-	if (cur_preset == GM_PRESET_BALANCED)
+	if (gm_presets[cur_preset].idle_delay_ms > 0)
 	{
 		*source = GM_SRC_PRESET;
-		return BALANCED_IDLE_DELAY;
+		return gm_presets[cur_preset].idle_delay_ms;
 	}
 	*source = GM_SRC_GLIBC_DEFAULT;
 	return 0;
+}
+
+/* Whether the preset trims after transactions (see gm_xact_trim). */
+bool
+gm_xact_trim_wanted(void)
+{
+	return gm_malloc_is_glibc && gm_presets[cur_preset].xact_trim_bytes > 0;
 }
 
 /* Resolve parameter p's effective value and source. */
@@ -285,6 +312,13 @@ gm_apply(void)
 		if (target == applied[p])
 			continue;
 
+		/*
+		 * mallopt takes an int: an environment value above INT_MAX cannot be
+		 * restored once changed.  gm_resolve then reports it not applied.
+		 */
+		if (target > INT_MAX || target < 0)
+			continue;
+
 		/* glibc reads the arena limits once; only the postmaster sets them. */
 		if ((p == GM_ARENA_MAX || p == GM_ARENA_TEST) &&
 			!process_shared_preload_libraries_in_progress)
@@ -294,8 +328,11 @@ gm_apply(void)
 		if (mallopt(gm_params[p].mallopt_param, (int) target) != 1)
 		{
 			/* Check hooks refuse what glibc would; this is a safety net. */
-			elog(WARNING, "glibc rejected mallopt(%s, " INT64_FORMAT ")",
-				 gm_params[p].name, target);
+			ereport(WARNING,
+					(errcode(ERRCODE_WARNING),
+					 errmsg("glibc rejected mallopt(%s, " INT64_FORMAT ")",
+							gm_params[p].name, target),
+					 errdetail("The previous value stays in force.")));
 			continue;
 		}
 #endif
@@ -309,30 +346,30 @@ gm_apply(void)
 	applied_work_mem = work_mem;
 }
 
-/* Before each query: greedy follows work_mem changes. */
+/* Before each query: presets that follow work_mem re-derive their thresholds. */
 void
 gm_statement_start(void)
 {
-	if (cur_preset == GM_PRESET_GREEDY && work_mem != applied_work_mem)
+	if (gm_presets[cur_preset].rule == GM_RULE_WORK_MEM && work_mem != applied_work_mem)
 		gm_apply();
 }
 
 /*
- * At top-level transaction end: arm the idle release if one is configured;
- * under frugal, return free heap at once when enough has piled up.
+ * After a transaction, once its memory is freed: return free heap memory
+ * when the preset says so and enough has piled up since the last such trim.
+ * Runs in normal context (the next statement start) or at the idle point.
  */
 void
-gm_transaction_end(void)
+gm_xact_trim(void)
 {
 	GmMallinfo	mi;
-	GmSource	source;
+	int64		min_growth;
 
-	gm_idle_arm(gm_idle_delay(&source));
-
-	if (cur_preset != GM_PRESET_FRUGAL || !gm_malloc_is_glibc)
+	if (!gm_xact_trim_wanted())
 		return;
+	min_growth = gm_presets[cur_preset].xact_trim_bytes;
 	gm_mallinfo(&mi);
-	if (mi.fordblks > free_after_trim + FRUGAL_TRIM_MIN)
+	if (mi.fordblks > free_after_trim + min_growth)
 	{
 		gm_release(0);
 		gm_mallinfo(&mi);
@@ -366,6 +403,17 @@ assign_preset(int newval, void *extra)
 {
 	cur_preset = newval;
 	gm_apply();
+	if (gm_on_settings_change)
+		gm_on_settings_change();
+}
+
+/* Assign hook for glibc_malloc.idle_release_delay. */
+static void
+assign_idle_delay(int newval, void *extra)
+{
+	cur_idle_delay = newval;
+	if (gm_on_settings_change)
+		gm_on_settings_change();
 }
 
 /* Assign hook for glibc_malloc.max_trim_threshold (kB). */
@@ -396,11 +444,12 @@ check_knob(GmParam p, int newval, void **extra)
 
 	/*
 	 * glibc reads the arena limits once, so they only work when the
-	 * postmaster applies them at start.  Keeping the value in force (as on
-	 * a reload, or in a backend forked from that postmaster) is fine.
+	 * postmaster applies them at start.  Keeping the value in force is fine.
+	 * When preloaded they are PGC_POSTMASTER, and PostgreSQL itself answers
+	 * a changed value on reload with "cannot be changed without restarting".
 	 */
-	if ((p == GM_ARENA_MAX || p == GM_ARENA_TEST) && bytes >= 0 &&
-		!process_shared_preload_libraries_in_progress && bytes != cur_knob[p])
+	if ((p == GM_ARENA_MAX || p == GM_ARENA_TEST) && bytes >= 0 && !preloaded &&
+		bytes != cur_knob[p])
 	{
 		GUC_check_errdetail("glibc_malloc.%s takes effect only when glibc_malloc is loaded through shared_preload_libraries.",
 							gm_params[p].name);
@@ -458,6 +507,19 @@ static const struct
 void
 gm_define_gucs(void)
 {
+	preloaded = process_shared_preload_libraries_in_progress;
+	for (int p = 0; p < GM_NPARAMS; p++)
+		applied[p] = -1;
+	for (int i = 0; i < GM_NPRESETS; i++)
+		preset_options[i] = (struct config_enum_entry)
+		{
+			gm_presets[i].name, i, false
+		};
+	preset_options[GM_NPRESETS] = (struct config_enum_entry)
+	{
+		NULL, 0, false
+	};
+
 	DefineCustomEnumVariable("glibc_malloc.preset",
 							 "Selects a malloc preset: default (leave glibc alone), greedy (keep freed memory for reuse), frugal (return it promptly), balanced (greedy while working, released when idle).",
 							 "Explicit glibc_malloc.<param> settings and the environment take precedence over the preset.",
@@ -485,7 +547,7 @@ gm_define_gucs(void)
 							-1, -1, INT_MAX,
 							PGC_USERSET,
 							GUC_UNIT_MS,
-							NULL, NULL, NULL);
+							NULL, assign_idle_delay, NULL);
 
 	/* SIGHUP: how often backends publish is server-wide monitoring policy. */
 	DefineCustomIntVariable("glibc_malloc.stats_interval",
@@ -507,7 +569,7 @@ gm_define_gucs(void)
 		 * so without preloading the arena knobs become SUSET, and their
 		 * check hook refuses every value with "needs preloading".
 		 */
-		if (context == PGC_POSTMASTER && !process_shared_preload_libraries_in_progress)
+		if (context == PGC_POSTMASTER && !preloaded)
 			context = PGC_SUSET;
 
 		knob_guc[p] = def->boot;

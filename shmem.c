@@ -15,11 +15,16 @@
  * even value before and after copying.  Requests from other processes
  * (trim, publish) are atomic flags beside it.
  *
+ * A process claims its slot, with its pid, role and type, at its first
+ * transaction end, whatever stats_interval says; processes exiting (a
+ * failed login) and client backends without a role yet claim nothing.
+ *
  * glibc_malloc_trim_backend(pid) sets the trim flag in the target's slot
- * and sends it SIGUSR2, which regular backends otherwise ignore.  The
- * handler acts at once only at the provably safe idle point (see idle.c);
- * otherwise the request waits for the target's next transaction end, which
- * serves it in normal context.
+ * and sends it SIGUSR2 (idle.c).  The request is served at once at the
+ * provably safe idle point; otherwise at the target's next transaction end,
+ * in normal context.  glibc_malloc_trim_idle() sets a flag that only the
+ * idle point serves: a backend that got busy meanwhile drops it at its next
+ * transaction end.
  *
  *-------------------------------------------------------------------------
  */
@@ -44,8 +49,9 @@
 
 #include "glibc_malloc.h"
 
-#define GM_REQ_TRIM		0x1
-#define GM_REQ_PUBLISH	0x2
+#define GM_REQ_TRIM		0x1		/* trim at the next safe point */
+#define GM_REQ_PUBLISH	0x2		/* publish at the next safe point */
+#define GM_REQ_TRIM_IDLE 0x4	/* trim at the idle point only */
 
 /* One process's published snapshot. */
 typedef struct GmSlot
@@ -80,7 +86,6 @@ static GmShared *shared = NULL;
 static GmSlot *my_slot = NULL;
 static int	my_slot_pid = 0;
 static TimestampTz last_publish = 0;
-static struct sigaction prev_sigusr2;	/* chained, should anyone use it */
 
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 #if PG_VERSION_NUM >= 150000
@@ -91,7 +96,7 @@ static shmem_request_hook_type prev_shmem_request_hook = NULL;
 static int
 slot_count(void)
 {
-	return MaxBackends + NUM_AUXILIARY_PROCS + max_prepared_xacts;
+	return GM_MAX_BACKENDS() + NUM_AUXILIARY_PROCS + max_prepared_xacts;
 }
 
 static Size
@@ -174,23 +179,42 @@ release_slot(int code, Datum arg)
 	my_slot = NULL;
 }
 
-/* This process's slot, claimed on first use; NULL without shared memory. */
+/*
+ * This process's slot, claimed on first use with its identity (so that
+ * remote trim finds it even when nothing is published); NULL without
+ * shared memory, while exiting, or in a client backend that has no role yet.
+ */
 static GmSlot *
 claim_slot(void)
 {
 	int			n;
+	GmSlot	   *slot;
 
 	if (shared == NULL || MyProc == NULL)
 		return NULL;
 	if (my_slot_pid == MyProcPid)
 		return my_slot;
+	if (proc_exit_inprogress ||
+		(MyBackendType == B_BACKEND && !OidIsValid(MyProc->roleId)))
+		return NULL;
 
 	n = GM_MY_PROC_NUMBER();
 	if (n < 0 || n >= shared->nslots)
 		return NULL;
-	my_slot = &shared->slots[n];
+	slot = &shared->slots[n];
+	pg_atomic_write_u32(&slot->requests, 0);
+	slot->changecount++;
+	pg_write_barrier();
+	memset((char *) slot + offsetof(GmSlot, pid), 0, offsetof(GmSlot, requests) - offsetof(GmSlot, pid));
+	slot->pid = MyProcPid;
+	slot->roleid = MyProc->roleId;
+	slot->backend_type = MyBackendType;
+	slot->signalable = gm_idle_enabled();
+	slot->taken_at = 0;
+	pg_write_barrier();
+	slot->changecount++;
+	my_slot = slot;
 	my_slot_pid = MyProcPid;
-	pg_atomic_write_u32(&my_slot->requests, 0);
 	on_shmem_exit(release_slot, (Datum) 0);
 	return my_slot;
 }
@@ -199,19 +223,19 @@ claim_slot(void)
  * Write a snapshot into this process's slot.  Safe at the idle wait too
  * (mallinfo under idle.c's argument; RssAnon with open/read/close).
  */
-static void
-publish(TimestampTz now)
+void
+gm_shmem_publish(TimestampTz now)
 {
 	GmSlot	   *slot = my_slot;
 	GmMallinfo	mi;
 
-	if (slot == NULL)
+	if (slot == NULL || my_slot_pid != MyProcPid)
 		return;
 	gm_mallinfo(&mi);
 	slot->changecount++;
 	pg_write_barrier();
 	slot->pid = MyProcPid;
-	slot->roleid = GetSessionUserId();
+	slot->roleid = MyProc->roleId;	/* InvalidOid in the autovacuum launcher */
 	slot->backend_type = MyBackendType;
 	slot->preset = gm_current_preset();
 	slot->taken_at = now;
@@ -227,75 +251,77 @@ publish(TimestampTz now)
 	last_publish = now;
 }
 
+/* Whether another process asked this one for something; signal-safe. */
+bool
+gm_shmem_has_requests(void)
+{
+	return my_slot != NULL && my_slot_pid == MyProcPid &&
+		pg_atomic_read_u32(&my_slot->requests) != 0;
+}
+
 /*
- * Serve pending requests (trim, publish) and publish; the caller knows that
- * malloc may be called: normal context, or the idle wait (idle.c).
+ * Serve pending requests and publish; the caller knows that malloc may be
+ * called: normal context, or the idle point (at_idle, see idle.c).  Trim
+ * requests of glibc_malloc_trim_idle() are served at the idle point only
+ * and dropped otherwise: the backend has started working since.
  */
 void
-gm_shmem_serve_requests(void)
+gm_shmem_serve_requests(bool at_idle)
 {
 	uint32		req;
 
-	if (my_slot == NULL || my_slot_pid != MyProcPid)
+	if (!gm_shmem_has_requests())
 		return;
 	req = pg_atomic_exchange_u32(&my_slot->requests, 0);
-
-	if (req & GM_REQ_TRIM)
+	if ((req & GM_REQ_TRIM) || (at_idle && (req & GM_REQ_TRIM_IDLE)))
 		gm_idle_trim();
-	publish(GetCurrentTimestamp());
+	gm_shmem_publish(GetCurrentTimestamp());
 }
 
-/* SIGUSR2 in regular backends: a request from another backend. */
-static void
-gm_sigusr2_handler(SIGNAL_ARGS)
+/* In how many ms a publish is due (0: now), or -1 when publishing is off; signal-safe. */
+int64
+gm_shmem_publish_due(TimestampTz now)
 {
-	int			save_errno = errno;
+	TimestampTz due;
 
-	gm_run_at_idle(gm_shmem_serve_requests);
-	if (prev_sigusr2.sa_handler != SIG_IGN && prev_sigusr2.sa_handler != SIG_DFL &&
-		!(prev_sigusr2.sa_flags & SA_SIGINFO))
-		prev_sigusr2.sa_handler(postgres_signal_arg);
-	errno = save_errno;
+	if (my_slot == NULL || my_slot_pid != MyProcPid || gm_stats_interval < 0)
+		return -1;
+	due = last_publish + (int64) gm_stats_interval * 1000;
+	return due <= now ? 0 : (due - now + 999) / 1000;
 }
 
 /*
- * At top-level transaction end: claim the slot, install the SIGUSR2 handler
- * once, serve requests, and publish when stats_interval says so.
+ * At top-level transaction end: claim the slot, serve requests, and publish
+ * when stats_interval says so.  Returns true when a publish is left for
+ * later (the idle point publishes it once stats_interval has passed).
  */
-void
-gm_shmem_transaction_end(void)
+bool
+gm_shmem_transaction_end(TimestampTz now)
 {
-	GmSlot	   *slot;
-	TimestampTz now;
+	if (shared == NULL || claim_slot() == NULL)
+		return false;
 
-	if (shared == NULL || (slot = claim_slot()) == NULL)
-		return;
-
-	if (!slot->signalable && MyBackendType == B_BACKEND)
+	if (gm_shmem_has_requests())
 	{
-		struct sigaction act;
-
-		/* Regular backends ignore SIGUSR2; block SIGALRM while serving. */
-		memset(&act, 0, sizeof(act));
-		act.sa_handler = gm_sigusr2_handler;
-		sigemptyset(&act.sa_mask);
-		sigaddset(&act.sa_mask, SIGALRM);
-		act.sa_flags = SA_RESTART;
-		sigaction(SIGUSR2, &act, &prev_sigusr2);
-		slot->signalable = true;
-	}
-
-	if (pg_atomic_read_u32(&slot->requests) != 0)
-	{
-		gm_shmem_serve_requests();
-		return;
+		gm_shmem_serve_requests(false);
+		return false;
 	}
 	if (gm_stats_interval < 0)
-		return;
-	now = GetCurrentTimestamp();
+		return false;
 	if (gm_stats_interval == 0 || last_publish == 0 ||
 		TimestampDifferenceExceeds(last_publish, now, gm_stats_interval))
-		publish(now);
+	{
+		gm_shmem_publish(now);
+		return false;
+	}
+	return true;
+}
+
+/* Whether slots exist in this process (the module was preloaded). */
+bool
+gm_shmem_active(void)
+{
+	return shared != NULL;
 }
 
 /* Copy a slot consistently; false if it is free. */
@@ -324,8 +350,56 @@ can_see(Oid roleid)
 		has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS);
 }
 
+/*
+ * pg_signal_backend's rule for trimming a process: a process without a role
+ * counts as a superuser's; otherwise the caller needs the privileges of its
+ * role or of pg_signal_backend.  Returns the errdetail of a refusal, or NULL.
+ */
+static const char *
+trim_refusal(PGPROC *proc)
+{
+	if ((!OidIsValid(proc->roleId) || superuser_arg(proc->roleId)) && !superuser())
+		return "Only roles with the SUPERUSER attribute may trim the memory of processes of roles with the SUPERUSER attribute or of processes without a role.";
+	if (!has_privs_of_role(GetUserId(), proc->roleId) &&
+		!has_privs_of_role(GetUserId(), ROLE_PG_SIGNAL_BACKEND))
+		return "Only roles with privileges of the role whose backend is being trimmed or with privileges of the \"pg_signal_backend\" role may trim this backend.";
+	return NULL;
+}
+
+/*
+ * Set request flags in the slot of process pid and wake it up; false when
+ * it has no slot (any more).  The pid is checked again right before kill(),
+ * so that a slot reused by a new process is not signalled by mistake.
+ */
+static bool
+send_request(int pid, uint32 flags)
+{
+	GmSlot		s;
+	GmSlot	   *slot = NULL;
+
+	for (int i = 0; i < shared->nslots && slot == NULL; i++)
+		if (read_slot(&shared->slots[i], &s) && s.pid == pid)
+			slot = &shared->slots[i];
+	if (slot == NULL)
+		return false;
+
+	pg_atomic_fetch_or_u32(&slot->requests, flags);
+	if (pid == MyProcPid)
+	{
+		gm_shmem_serve_requests(false);
+		return true;
+	}
+	pg_read_barrier();
+	if (slot->pid != pid)
+		return false;
+	if (s.signalable && kill(pid, SIGUSR2) != 0)
+		return false;
+	return true;
+}
+
 PG_FUNCTION_INFO_V1(glibc_malloc_backends);
 PG_FUNCTION_INFO_V1(glibc_malloc_trim_backend);
+PG_FUNCTION_INFO_V1(glibc_malloc_trim_idle);
 
 /* glibc_malloc_backends(): every visible slot's snapshot. */
 Datum
@@ -338,7 +412,7 @@ glibc_malloc_backends(PG_FUNCTION_ARGS)
 
 	/* The caller's own row is current. */
 	if (claim_slot())
-		publish(GetCurrentTimestamp());
+		gm_shmem_publish(GetCurrentTimestamp());
 
 	for (int i = 0; i < shared->nslots; i++)
 	{
@@ -347,11 +421,14 @@ glibc_malloc_backends(PG_FUNCTION_ARGS)
 		bool		nulls[12] = {0};
 		int			j = 0;
 
-		if (!read_slot(&shared->slots[i], &s) || !can_see(s.roleid))
+		/* Claimed but not published yet (stats_interval = -1): no row. */
+		if (!read_slot(&shared->slots[i], &s) || s.taken_at == 0 || !can_see(s.roleid))
 			continue;
 		values[j++] = Int32GetDatum(s.pid);
 		values[j++] = CStringGetTextDatum(GetBackendTypeDesc(s.backend_type));
-		values[j++] = ObjectIdGetDatum(s.roleid);
+		/* No role (the autovacuum launcher): NULL, as in pg_stat_activity. */
+		values[j] = ObjectIdGetDatum(s.roleid);
+		nulls[j++] = !OidIsValid(s.roleid);
 		values[j++] = CStringGetTextDatum(gm_preset_name(s.preset));
 		values[j++] = Int64GetDatum(s.system_bytes);
 		values[j++] = Int64GetDatum(s.in_use_bytes);
@@ -376,8 +453,7 @@ glibc_malloc_trim_backend(PG_FUNCTION_ARGS)
 {
 	int			pid = PG_GETARG_INT32(0);
 	PGPROC	   *proc;
-	GmSlot		s;
-	GmSlot	   *slot = NULL;
+	const char *refusal;
 
 	require_shared();
 
@@ -385,43 +461,98 @@ glibc_malloc_trim_backend(PG_FUNCTION_ARGS)
 	if (proc == NULL)
 	{
 		ereport(WARNING,
-				(errmsg("PID %d is not a PostgreSQL backend process", pid)));
+				(errcode(ERRCODE_WARNING),
+				 errmsg("PID %d is not a PostgreSQL backend process", pid)));
 		PG_RETURN_BOOL(false);
 	}
-	if (superuser_arg(proc->roleId) && !superuser())
+	if ((refusal = trim_refusal(proc)) != NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 				 errmsg("permission denied to trim backend %d", pid),
-				 errdetail("Only roles with the SUPERUSER attribute may trim the memory of backends of roles with the SUPERUSER attribute.")));
-	if (!has_privs_of_role(GetUserId(), proc->roleId) &&
-		!has_privs_of_role(GetUserId(), ROLE_PG_SIGNAL_BACKEND))
-		ereport(ERROR,
-				(errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-				 errmsg("permission denied to trim backend %d", pid),
-				 errdetail("Only roles with privileges of the role whose backend is being trimmed or with privileges of the \"pg_signal_backend\" role may trim this backend.")));
+				 errdetail_internal("%s", refusal)));
 
-	for (int i = 0; i < shared->nslots; i++)
-	{
-		if (read_slot(&shared->slots[i], &s) && s.pid == pid)
-		{
-			slot = &shared->slots[i];
-			break;
-		}
-	}
-	if (slot == NULL)
+	if (!send_request(pid, GM_REQ_TRIM | GM_REQ_PUBLISH))
 	{
 		ereport(WARNING,
-				(errmsg("backend %d has not published a malloc snapshot yet; try again after its next transaction", pid)));
+				(errcode(ERRCODE_WARNING),
+				 errmsg("process %d does not take glibc_malloc requests yet", pid),
+				 errhint("Try again after its next transaction.")));
 		PG_RETURN_BOOL(false);
+	}
+	PG_RETURN_BOOL(true);
+}
+
+/* qsort/bsearch comparator for pids. */
+static int
+cmp_pid(const void *a, const void *b)
+{
+	int			x = *(const int *) a;
+	int			y = *(const int *) b;
+
+	return (x > y) - (x < y);
+}
+
+/* Whether pid is in the sorted array pids[n]. */
+static bool
+pid_in(int pid, const int *pids, int n)
+{
+	return n > 0 && bsearch(&pid, pids, n, sizeof(int), cmp_pid) != NULL;
+}
+
+/*
+ * glibc_malloc_trim_idle(min_free_bytes): ask every other backend that is
+ * idle (pg_stat_activity's state), that the caller may trim, and whose last
+ * snapshot holds more than min_free_bytes free, to return it at its idle
+ * point.  Every filter runs before any request is sent; processes the
+ * caller may not trim are skipped, not errors.  Returns how many were asked.
+ */
+Datum
+glibc_malloc_trim_idle(PG_FUNCTION_ARGS)
+{
+	int64		min_free = PG_GETARG_INT64(0);
+	int			nbackends;
+	int		   *idle;
+	int			nidle = 0;
+	int		   *targets;
+	int			ntargets = 0;
+	int			asked = 0;
+
+	if (min_free < 0)
+		ereport(ERROR,
+				(errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				 errmsg("min_free_bytes must not be negative")));
+	require_shared();
+
+	/* Idle backends, from the same snapshot as pg_stat_activity. */
+	nbackends = pgstat_fetch_stat_numbackends();
+	idle = palloc(sizeof(int) * Max(nbackends, 1));
+	for (int i = 1; i <= nbackends; i++)
+	{
+		LocalPgBackendStatus *local = gm_local_beentry(i);
+
+		if (local != NULL && local->backendStatus.st_state == STATE_IDLE)
+			idle[nidle++] = local->backendStatus.st_procpid;
+	}
+	qsort(idle, nidle, sizeof(int), cmp_pid);
+
+	/* Then the snapshots and the privileges, before asking anybody. */
+	targets = palloc(sizeof(int) * shared->nslots);
+	for (int i = 0; i < shared->nslots; i++)
+	{
+		GmSlot		s;
+		PGPROC	   *proc;
+
+		if (!read_slot(&shared->slots[i], &s) || s.pid == MyProcPid ||
+			s.taken_at == 0 || s.free_bytes <= min_free || !pid_in(s.pid, idle, nidle))
+			continue;
+		proc = BackendPidGetProc(s.pid);
+		if (proc == NULL || trim_refusal(proc) != NULL)
+			continue;
+		targets[ntargets++] = s.pid;
 	}
 
-	pg_atomic_fetch_or_u32(&slot->requests, GM_REQ_TRIM | GM_REQ_PUBLISH);
-	if (pid == MyProcPid)
-	{
-		gm_shmem_serve_requests();
-		PG_RETURN_BOOL(true);
-	}
-	if (s.signalable && kill(pid, SIGUSR2) != 0)
-		PG_RETURN_BOOL(false);
-	PG_RETURN_BOOL(true);
+	for (int i = 0; i < ntargets; i++)
+		if (send_request(targets[i], GM_REQ_TRIM_IDLE | GM_REQ_PUBLISH))
+			asked++;
+	PG_RETURN_INT32(asked);
 }

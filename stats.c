@@ -65,6 +65,9 @@ glibc_malloc_settings(PG_FUNCTION_ARGS)
 			detail = psprintf("not applied: malloc is provided by %s, not by glibc", gm_allocator);
 		else if (p == GM_MXFAST && !gm_glibc_has_fastbins)
 			detail = psprintf("no effect: glibc %s has no fastbins", gm_glibc_version());
+		else if (r.source == GM_SRC_ENVIRONMENT && !r.applied && r.value > PG_INT32_MAX)
+			detail = psprintf("set by %s; cannot be restored through mallopt once changed: above INT_MAX",
+							  gm_params[p].tunable);
 		else if (r.source == GM_SRC_ENVIRONMENT)
 			detail = psprintf("set by %s", gm_params[p].tunable);
 		settings_row(rsinfo, gm_params[p].name, true, r.value,
@@ -189,8 +192,9 @@ glibc_malloc_trim(PG_FUNCTION_ARGS)
  * reports what glibc did, measured with mallinfo: how many blocks it served
  * by mmap, how much the heap grew, the free top chunk left once all were
  * allocated (M_TOP_PAD's extra), how much of the growth glibc still holds
- * after the frees, the fastbin bytes the frees left, and the first byte of
- * the first block before it was written (M_PERTURB's fill).
+ * after the frees, the fastbin bytes the frees left, and, when M_PERTURB is
+ * in force, the first byte of the first block before it was written (its
+ * fill); without perturb that byte is leftover heap content, so NULL.
  */
 Datum
 glibc_malloc_diag_alloc(PG_FUNCTION_ARGS)
@@ -203,6 +207,7 @@ glibc_malloc_diag_alloc(PG_FUNCTION_ARGS)
 				after;
 	void	  **blocks;
 	int			first_byte = -1;
+	GmResolved	perturb;
 	Datum		values[6];
 	bool		nulls[6] = {0};
 
@@ -240,7 +245,9 @@ glibc_malloc_diag_alloc(PG_FUNCTION_ARGS)
 	values[2] = Int64GetDatum((int64) during.keepcost);
 	values[3] = Int64GetDatum((int64) after.arena - (int64) before.arena);
 	values[4] = Int64GetDatum((int64) after.fsmblks - (int64) before.fsmblks);
+	gm_resolve(GM_PERTURB, &perturb);
 	values[5] = Int32GetDatum(first_byte);
+	nulls[5] = !(perturb.applied && perturb.value > 0);
 
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

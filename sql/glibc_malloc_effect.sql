@@ -57,6 +57,8 @@ SELECT CASE WHEN detail LIKE 'no effect: glibc % has no fastbins' THEN d.fastbin
 FROM glibc_malloc_settings() s, glibc_malloc_diag_alloc(24, 200) d WHERE s.name = 'mxfast';
 RESET glibc_malloc.mxfast;
 
+-- Without perturb, fresh memory holds whatever was there: not shown.
+SELECT first_byte FROM glibc_malloc_diag_alloc(4096, 1);
 -- perturb: fresh memory is filled with the complement of the perturb byte.
 SET glibc_malloc.perturb = 170;
 SELECT first_byte, first_byte = (170 # 255) AS perturbed FROM glibc_malloc_diag_alloc(4096, 1);

@@ -45,6 +45,11 @@ SELECT * FROM thresholds();
 SET glibc_malloc.preset = balanced;
 SELECT * FROM thresholds();
 SELECT name, value, unit, source FROM glibc_malloc_settings() WHERE name = 'idle_release_delay';
+-- balanced follows work_mem before the next query, as greedy does.
+SET work_mem = '8MB';
+SELECT * FROM thresholds();
+RESET work_mem;
+SELECT * FROM thresholds();
 SET glibc_malloc.idle_release_delay = '250ms';
 SELECT name, value, unit, source FROM glibc_malloc_settings() WHERE name = 'idle_release_delay';
 SET glibc_malloc.idle_release_delay = 0;

@@ -8,7 +8,7 @@ CREATE TEMP TABLE objects (install text, object text, definition text);
 CREATE FUNCTION pg_temp.record_objects(label text) RETURNS void LANGUAGE sql AS $$
   INSERT INTO objects
   SELECT label, pg_describe_object(classid, objid, 0),
-         coalesce((SELECT pg_get_function_identity_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) || ' ' || p.provolatile::text || p.proparallel::text
+         coalesce((SELECT pg_get_function_identity_arguments(p.oid) || ' -> ' || pg_get_function_result(p.oid) || ' ' || p.provolatile::text || p.proparallel::text || ' ' || (SELECT lanname FROM pg_language l WHERE l.oid = p.prolang)
                    FROM pg_proc p WHERE p.oid = d.objid AND d.classid = 'pg_proc'::regclass), '') ||
          coalesce((SELECT pg_get_viewdef(d.objid) FROM pg_class c WHERE c.oid = d.objid AND d.classid = 'pg_class'::regclass AND c.relkind = 'v'), '')
   FROM pg_depend d
@@ -38,3 +38,11 @@ UNION ALL
 (SELECT object, definition FROM objects WHERE install = 'fresh'
  EXCEPT SELECT object, definition FROM objects WHERE install = 'updated');
 SELECT pg_get_viewdef('glibc_malloc_summary'::regclass) IS NOT NULL AS usable;
+
+-- 1.1 to 1.2: glibc_malloc_trim_idle is a C function that filters first.
+DROP EXTENSION glibc_malloc;
+CREATE EXTENSION glibc_malloc VERSION '1.1';
+SELECT l.lanname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang WHERE p.proname = 'glibc_malloc_trim_idle';
+ALTER EXTENSION glibc_malloc UPDATE TO '1.2';
+SELECT l.lanname, pg_get_function_arguments(p.oid) FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang WHERE p.proname = 'glibc_malloc_trim_idle';
+SELECT glibc_malloc_trim_idle(-1);

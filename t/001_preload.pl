@@ -95,6 +95,19 @@ is($s->query_safe('SELECT mmapped_chunks FROM worker_alloc(2 * 1024 * 1024, 2)')
 	'parallel worker follows the leader\'s SET: frugal mmaps 2 MB blocks');
 $s->quit;
 
+# A reload that changes a server-start knob: PostgreSQL's own "needs a
+# restart", not our "needs shared_preload_libraries" (it is preloaded).
+my $log_offset = -s $node->logfile;
+$node->append_conf('postgresql.conf', "glibc_malloc.arena_max = 3\n");
+$node->reload;
+ok( wait_for(sub { slurp_file($node->logfile, $log_offset) =~ /glibc_malloc\.arena_max/ }, 10),
+	'the reload reports the changed arena_max');
+my $log = slurp_file($node->logfile, $log_offset);
+like($log, qr/parameter "glibc_malloc.arena_max" cannot be changed without restarting the server/,
+	'a reload says that arena_max needs a restart');
+unlike($log, qr/shared_preload_libraries/, 'and does not claim that the module is not preloaded');
+is($node->safe_psql('postgres', 'SHOW glibc_malloc.arena_max'), '2', 'the value in force stays');
+
 $node->stop;
 done_testing();
 

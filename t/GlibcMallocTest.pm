@@ -64,6 +64,7 @@ sub glibc_params
 sub rss_anon
 {
 	my ($pid) = @_;
+	local $_;
 	open my $fh, '<', "/proc/$pid/status" or die "no process $pid: $!";
 	while (<$fh>) { return $1 * 1024 if /^RssAnon:\s+(\d+) kB/ }
 	die "no RssAnon for $pid";
