@@ -19,7 +19,7 @@ endif
 
 PG_CFLAGS = -Wall -Werror
 PG_CPPFLAGS = -DGM_VERSION='"$(EXTVERSION)"'
-SHLIB_LINK = -ldl
+SHLIB_LINK = -ldl -lrt
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)

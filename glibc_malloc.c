@@ -64,7 +64,7 @@ next_due(TimestampTz now)
 	GmSource	source;
 	int			delay = gm_idle_delay(&source);
 
-	if (pend_xact_trim)
+	if (pend_xact_trim || gm_shmem_has_requests())
 		best = 0;
 	if (pend_release && delay > 0 && xact_end_at != 0)
 	{
@@ -88,7 +88,7 @@ next_due(TimestampTz now)
 static bool
 idle_pending(TimestampTz now)
 {
-	return next_due(now) >= 0 || gm_shmem_has_requests();
+	return next_due(now) >= 0;
 }
 
 /*
@@ -143,7 +143,7 @@ plan(void)
 	TimestampTz now;
 	int64		ms;
 
-	if (!pend_xact_trim && !pend_publish &&
+	if (!pend_xact_trim && !pend_publish && !gm_shmem_has_requests() &&
 		(!pend_release || gm_idle_delay(&source) <= 0))
 		return;
 	if (!gm_idle_enabled())
@@ -163,10 +163,16 @@ plan(void)
 		gm_idle_schedule(now, ms);
 }
 
-/* Before each query: the pending trim, in normal context; then follow work_mem. */
+/*
+ * Before each query, in normal context: requests from other backends and
+ * the preset's trim, if the idle point has not run since the last
+ * transaction; then follow work_mem.
+ */
 static void
 statement_start(void)
 {
+	if (gm_shmem_has_requests())
+		gm_shmem_serve_requests(false);
 	if (pend_xact_trim)
 	{
 		pend_xact_trim = false;

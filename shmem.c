@@ -21,8 +21,8 @@
  *
  * glibc_malloc_trim_backend(pid) sets the trim flag in the target's slot
  * and sends it SIGUSR2 (idle.c).  The request is served at once at the
- * provably safe idle point; otherwise at the target's next transaction end,
- * in normal context.  glibc_malloc_trim_idle() sets a flag that only the
+ * provably safe idle point; otherwise, once the target's current
+ * transaction is over, at its idle point or its next statement start.  glibc_malloc_trim_idle() sets a flag that only the
  * idle point serves: a backend that got busy meanwhile drops it at its next
  * transaction end.
  *
@@ -301,10 +301,20 @@ gm_shmem_transaction_end(TimestampTz now)
 	if (shared == NULL || claim_slot() == NULL)
 		return false;
 
+	/*
+	 * The backend worked since trim_idle() asked: drop that request.  Other
+	 * requests wait for the idle point or the next statement start, after
+	 * this transaction's locks and memory are released, in processes that
+	 * have them (client backends); the others are served now.
+	 */
 	if (gm_shmem_has_requests())
 	{
-		gm_shmem_serve_requests(false);
-		return false;
+		pg_atomic_fetch_and_u32(&my_slot->requests, ~(uint32) GM_REQ_TRIM_IDLE);
+		if (!gm_idle_enabled())
+		{
+			gm_shmem_serve_requests(false);
+			return false;
+		}
 	}
 	if (gm_stats_interval < 0)
 		return false;
