@@ -19,11 +19,16 @@ endif
 
 PG_CFLAGS = -Wall -Werror
 PG_CPPFLAGS = -DGM_VERSION='"$(EXTVERSION)"'
-SHLIB_LINK = -ldl -lrt
+SHLIB_LINK = -ldl
 
 PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# timer_create lives in librt before glibc 2.34 (a stub library after).
+ifeq ($(PORTNAME),linux)
+SHLIB_LINK += -lrt
+endif
 
 # ---- release: PGXN archive, version checks ----
 

@@ -48,7 +48,8 @@ parse_env_number(const char *s)
 
 	errno = 0;
 	v = strtoull(s, &end, 0);
-	if (errno != 0 || end == s || v > PG_INT64_MAX)
+	/* glibc ignores what does not fit its size_t (32-bit). */
+	if (errno != 0 || end == s || v > PG_INT64_MAX || v > SIZE_MAX)
 		return -1;
 	return (int64) v;
 }

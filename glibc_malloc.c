@@ -18,8 +18,9 @@
  *	statement start		take over the transaction-end trim if the idle
  *						point has not run yet; presets follow work_mem
  *	transaction end		note what is pending: the preset's trim, the idle
- *						release, a publish skipped by stats_interval; serve
- *						requests and publish when due
+ *						release, requests from other backends, the next
+ *						snapshot (in background processes, which have no
+ *						idle point: do it now)
  *	idle point			(idle.c, signal context) do what is due, after the
  *						transaction's memory is freed and its GUCs rolled back
  *	settings change		(assign hooks, also at GUC rollback) re-plan
@@ -64,7 +65,7 @@ next_due(TimestampTz now)
 	GmSource	source;
 	int			delay = gm_idle_delay(&source);
 
-	if (pend_xact_trim || gm_shmem_has_requests())
+	if ((pend_xact_trim && gm_xact_trim_wanted()) || gm_shmem_has_requests())
 		best = 0;
 	if (pend_release && delay > 0 && xact_end_at != 0)
 	{
@@ -84,11 +85,11 @@ next_due(TimestampTz now)
 	return best;
 }
 
-/* Signal-safe: whether anything waits for the idle point. */
-static bool
+/* Signal-safe: in how many ms the idle point has work, or -1. */
+static int64
 idle_pending(TimestampTz now)
 {
-	return next_due(now) >= 0;
+	return next_due(now);
 }
 
 /*
@@ -143,8 +144,8 @@ plan(void)
 	TimestampTz now;
 	int64		ms;
 
-	if (!pend_xact_trim && !pend_publish && !gm_shmem_has_requests() &&
-		(!pend_release || gm_idle_delay(&source) <= 0))
+	if (!(pend_xact_trim && gm_xact_trim_wanted()) && !pend_publish &&
+		!gm_shmem_has_requests() && (!pend_release || gm_idle_delay(&source) <= 0))
 		return;
 	if (!gm_idle_enabled())
 	{
@@ -177,6 +178,18 @@ statement_start(void)
 	{
 		pend_xact_trim = false;
 		gm_xact_trim();
+	}
+	if (pend_publish)
+	{
+		TimestampTz now = GetCurrentTimestamp();
+		int64		ms = gm_shmem_publish_due(now);
+
+		if (ms <= 0)
+		{
+			if (ms == 0)
+				gm_shmem_publish(now);
+			pend_publish = false;
+		}
 	}
 	gm_statement_start();
 }
@@ -211,8 +224,9 @@ gm_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_ABORT:
 			if (proc_exit_inprogress)
 				break;
+			/* Whether they run is decided with the settings after rollback. */
 			pend_release = true;
-			pend_xact_trim = gm_xact_trim_wanted();
+			pend_xact_trim = true;
 			xact_end_at = 0;
 			if (gm_shmem_active())
 			{

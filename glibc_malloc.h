@@ -135,11 +135,11 @@ extern int64 gm_release(size_t pad);
 /*
  * idle.c.  The idle work runs at the idle point, in signal context; it
  * returns in how many ms it wants to run again (-1: not before something
- * schedules it).  The pending check is signal-safe and says whether
- * anything is waiting for the idle point.
+ * schedules it).  The pending check is signal-safe and says the same
+ * without doing anything.
  */
 typedef int64 (*GmIdleWork) (TimestampTz now);
-typedef bool (*GmIdlePending) (TimestampTz now);
+typedef int64 (*GmIdlePending) (TimestampTz now);
 extern volatile int64 gm_idle_releases;
 extern volatile int64 gm_idle_released_bytes;
 extern void gm_idle_setup(GmIdleWork work, GmIdlePending pending);

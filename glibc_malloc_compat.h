@@ -105,10 +105,13 @@
 #if PG_VERSION_NUM >= 140000
 #include "utils/wait_event.h"
 #define GM_CURRENT_WAIT_EVENT() (*my_wait_event_info)
+#define GM_WAIT_EVENTS_REPORTED() true
 #else
 #include "pgstat.h"
 #include "storage/proc.h"
 #define GM_CURRENT_WAIT_EVENT() (MyProc ? MyProc->wait_event_info : 0)
+/* Before PG 14, wait events are not reported with track_activities = off. */
+#define GM_WAIT_EVENTS_REPORTED() (pgstat_track_activities)
 #endif
 
 /*

@@ -68,9 +68,14 @@
 
 #include "glibc_malloc.h"
 
-/* Retry while not at the idle wait: outside a transaction, and inside one. */
+/*
+ * Retry while the backend cannot act: every 20 ms at first (a commit or a
+ * client write in progress), backing off to 1 s (a failed transaction block,
+ * a client that stopped reading).  Inside a running transaction nothing is
+ * retried: its end plans again.
+ */
 #define GM_IDLE_RETRY_MS		20
-#define GM_IDLE_BUSY_RETRY_MS	1000
+#define GM_IDLE_MAX_RETRY_MS	1000
 
 /* Counters for glibc_malloc_stats(); written only at the idle point or in normal context. */
 volatile int64 gm_idle_releases = 0;
@@ -81,9 +86,20 @@ static GmIdlePending idle_pending = NULL;
 
 static int	setup_pid = 0;		/* the process that set up handler and timer */
 static bool timer_ok = false;
-static timer_t idle_timer;
-static pg_atomic_uint64 armed_for;	/* TimestampTz the timer fires at; 0 = not armed */
 static volatile sig_atomic_t in_idle_work = false;
+static volatile sig_atomic_t retry_ms = GM_IDLE_RETRY_MS;	/* next retry interval */
+
+#ifdef GM_HAVE_GLIBC
+static timer_t idle_timer;
+
+/*
+ * The TimestampTz the timer fires at; 0 = not armed.  Where PostgreSQL
+ * emulates 64-bit atomics with a spinlock, normal context touches it only
+ * with SIGUSR2 blocked (gm_idle_schedule), so the handler never spins on a
+ * lock the interrupted code holds.
+ */
+static pg_atomic_uint64 armed_for;
+#endif
 static struct sigaction prev_sigusr2;	/* chained, should anyone use it */
 
 /* Whether this backend is provably in the idle wait (see above). */
@@ -100,6 +116,7 @@ gm_at_idle_wait(void)
 static void
 arm(int64 delay_ms)
 {
+#ifdef GM_HAVE_GLIBC
 	struct itimerspec its;
 
 	if (delay_ms < 1)
@@ -109,6 +126,7 @@ arm(int64 delay_ms)
 	its.it_value.tv_nsec = (delay_ms % 1000) * 1000000;
 	if (timer_settime(idle_timer, 0, &its, NULL) == 0)
 		pg_atomic_write_u64(&armed_for, GetCurrentTimestamp() + delay_ms * 1000);
+#endif
 }
 
 /* SIGUSR2: our timer, or a request from another backend (shmem.c). */
@@ -121,8 +139,10 @@ gm_sigusr2_handler(int signo, siginfo_t *info, void *context)
 	{
 		TimestampTz now = GetCurrentTimestamp();
 
+#ifdef GM_HAVE_GLIBC
 		if (info != NULL && info->si_code == SI_TIMER)
 			pg_atomic_write_u64(&armed_for, 0);
+#endif
 
 		if (gm_at_idle_wait())
 		{
@@ -132,11 +152,21 @@ gm_sigusr2_handler(int signo, siginfo_t *info, void *context)
 			in_idle_work = true;
 			next = idle_work(now);
 			in_idle_work = false;
+			retry_ms = GM_IDLE_RETRY_MS;
 			if (next >= 0)
-				arm(next);
+				arm(Max(next, GM_IDLE_RETRY_MS));
 		}
-		else if (idle_pending(now))
-			arm(IsTransactionOrTransactionBlock() ? GM_IDLE_BUSY_RETRY_MS : GM_IDLE_RETRY_MS);
+		else if (!IsTransactionState() && GM_WAIT_EVENTS_REPORTED())
+		{
+			/* Not in a running transaction, whose end would plan again. */
+			int64		next = idle_pending(now);
+
+			if (next >= 0)
+			{
+				arm(Max(next, retry_ms));
+				retry_ms = Min(retry_ms * 2, GM_IDLE_MAX_RETRY_MS);
+			}
+		}
 	}
 
 	if (prev_sigusr2.sa_handler != SIG_IGN && prev_sigusr2.sa_handler != SIG_DFL)
@@ -165,11 +195,12 @@ gm_idle_setup(GmIdleWork work, GmIdlePending pending)
 bool
 gm_idle_enabled(void)
 {
+#ifdef GM_HAVE_GLIBC
 	struct sigaction act;
 	struct sigevent sev;
 
 	if (setup_pid == MyProcPid)
-		return timer_ok;
+		return timer_ok && GM_WAIT_EVENTS_REPORTED();
 	if (idle_work == NULL || !gm_malloc_is_glibc || proc_exit_inprogress ||
 		MyBackendType != B_BACKEND || whereToSendOutput != DestRemote)
 		return false;
@@ -190,7 +221,10 @@ gm_idle_enabled(void)
 	sigaddset(&act.sa_mask, SIGALRM);
 	act.sa_flags = SA_RESTART | SA_SIGINFO;
 	sigaction(SIGUSR2, &act, &prev_sigusr2);
-	return true;
+	return GM_WAIT_EVENTS_REPORTED();
+#else
+	return false;
+#endif
 }
 
 /*
@@ -200,22 +234,34 @@ gm_idle_enabled(void)
 void
 gm_idle_schedule(TimestampTz now, int64 delay_ms)
 {
+#ifdef GM_HAVE_GLIBC
 	uint64		armed;
 	sigset_t	block,
 				old;
 
 	if (!gm_idle_enabled())
 		return;
+
+	/* Not sooner than the commit or abort in progress can finish. */
+	delay_ms = Max(delay_ms, GM_IDLE_RETRY_MS);
+	retry_ms = GM_IDLE_RETRY_MS;
+	sigemptyset(&block);
+	sigaddset(&block, SIGUSR2);
+#ifdef PG_HAVE_ATOMIC_U64_SIMULATION
+	sigprocmask(SIG_BLOCK, &block, &old);
+#endif
 	armed = pg_atomic_read_u64(&armed_for);
+#ifdef PG_HAVE_ATOMIC_U64_SIMULATION
+	sigprocmask(SIG_SETMASK, &old, NULL);
+#endif
 	if (armed != 0 && armed <= (uint64) (now + delay_ms * 1000))
 		return;
 
 	/* The handler arms too: keep it out while the timer and armed_for change. */
-	sigemptyset(&block);
-	sigaddset(&block, SIGUSR2);
 	sigprocmask(SIG_BLOCK, &block, &old);
 	arm(delay_ms);
 	sigprocmask(SIG_SETMASK, &old, NULL);
+#endif
 }
 
 /* Return free memory to the OS and count it: the idle release and remote trims. */

@@ -291,9 +291,10 @@ gm_shmem_publish_due(TimestampTz now)
 }
 
 /*
- * At top-level transaction end: claim the slot, serve requests, and publish
- * when stats_interval says so.  Returns true when a publish is left for
- * later (the idle point publishes it once stats_interval has passed).
+ * At top-level transaction end: claim the slot.  A process with an idle
+ * point (a client backend) leaves requests and its next snapshot for after
+ * the transaction and returns true; the others serve requests, and publish
+ * when stats_interval says so, now.
  */
 bool
 gm_shmem_transaction_end(TimestampTz now)
@@ -318,6 +319,10 @@ gm_shmem_transaction_end(TimestampTz now)
 	}
 	if (gm_stats_interval < 0)
 		return false;
+
+	/* After the transaction: at the idle point or the next statement start. */
+	if (gm_idle_enabled())
+		return true;
 	if (gm_stats_interval == 0 || last_publish == 0 ||
 		TimestampDifferenceExceeds(last_publish, now, gm_stats_interval))
 	{
@@ -552,7 +557,7 @@ glibc_malloc_trim_idle(PG_FUNCTION_ARGS)
 		GmSlot		s;
 		PGPROC	   *proc;
 
-		if (!read_slot(&shared->slots[i], &s) || s.pid == MyProcPid ||
+		if (!read_slot(&shared->slots[i], &s) || s.pid == MyProcPid || !s.signalable ||
 			s.taken_at == 0 || s.free_bytes <= min_free || !pid_in(s.pid, idle, nidle))
 			continue;
 		proc = BackendPidGetProc(s.pid);

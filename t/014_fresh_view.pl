@@ -52,6 +52,11 @@ $s->query_safe("SELECT count(set_config('gm_test.v' || i, repeat('x', 100000), t
 ok(wait_for(sub { rss_anon($pid) - $start < 4 * 2**20 }, 2),
 	sprintf('frugal: 30 MB of SET LOCAL values freed at commit are returned once idle (%.1f MB above start)',
 		(rss_anon($pid) - $start) / 2**20));
+# Whether frugal trims is decided with the settings after rollback too.
+$start = rss_anon($pid);
+$s->query_safe("BEGIN; SET LOCAL glibc_malloc.preset = 'default'; SELECT count(set_config('gm_test.w' || i, repeat('x', 100000), true)) FROM generate_series(1, 300) i; COMMIT");
+ok(wait_for(sub { rss_anon($pid) - $start < 4 * 2**20 }, 2),
+	'BEGIN; SET LOCAL preset = default; ...; COMMIT: the session\'s frugal trim still runs');
 $s->quit;
 
 # 11. A release that falls due while the backend cannot act (here: in a
@@ -71,6 +76,9 @@ $s->quit;
 
 # 3. glibc_malloc_trim_idle() asks idle backends only, never the caller, and
 # follows pg_signal_backend's rules without failing on what it may not trim.
+# Every session's snapshot shows its free memory first, so that only the
+# state, caller and privilege filters can keep them out.
+$node->safe_psql('postgres', "ALTER SYSTEM SET glibc_malloc.stats_interval = 0; SELECT pg_reload_conf()");
 $node->safe_psql('postgres', 'CREATE ROLE ops LOGIN IN ROLE pg_monitor, pg_signal_backend; CREATE ROLE app LOGIN');
 my %sess;
 for my $who ([ 'idle', 'app' ], [ 'intx', 'app' ], [ 'running', 'app' ], [ 'super', undef ])
@@ -79,8 +87,13 @@ for my $who ([ 'idle', 'app' ], [ 'intx', 'app' ], [ 'running', 'app' ], [ 'supe
 	my $b = $node->background_psql('postgres', $role ? (extra_params => [ '-U', $role ]) : ());
 	$sess{$name} = { s => $b, pid => $b->query_safe("SET glibc_malloc.preset = 'greedy'; SELECT pg_backend_pid()") };
 }
-$sess{$_}{s}->query_safe("$big_sort; $big_sort; SELECT 1") for qw(idle super running);
-$sess{intx}{s}->query_safe("BEGIN; $big_sort; $big_sort; SELECT 1");
+$sess{$_}{s}->query_safe("$big_sort; $big_sort; SELECT 1") for qw(idle super running intx);
+ok( wait_for(sub {
+			$admin->query_safe('SELECT count(*) FROM glibc_malloc_backends WHERE free_bytes > 8 * 1024 * 1024 AND pid IN ('
+				  . join(',', map { $_->{pid} } values %sess) . ')') == 4;
+		}, 5),
+	'the view shows all four sessions holding free memory');
+$sess{intx}{s}->query_safe('BEGIN; SELECT 1');
 $sess{running}{s}->query_until(qr/started/, "\\echo started\nSELECT pg_sleep(4);\n");
 sleep 1;
 for my $k (keys %sess) { $sess{$k}{rss} = rss_anon($sess{$k}{pid}) }
