@@ -117,8 +117,8 @@ static GmSource frozen_by = GM_SRC_GLIBC_DEFAULT;
 /* work_mem that the applied greedy thresholds were derived from. */
 static int	applied_work_mem = -1;
 
-/* Free heap bytes left right after frugal's last trim. */
-static size_t free_after_trim = 0;
+/* RssAnon right after the last transaction-end trim (frugal). */
+static int64 rss_after_trim = 0;
 
 /* Assign hooks apply only once _PG_init has defined every GUC. */
 static bool gucs_ready = false;
@@ -356,27 +356,33 @@ gm_statement_start(void)
 
 /*
  * After a transaction, once its memory is freed: return free heap memory
- * when the preset says so and enough has piled up since the last such trim.
- * Runs in normal context (the next statement start) or at the idle point.
+ * when the preset says so, glibc holds at least xact_trim_bytes free, and
+ * RssAnon grew by that much since the last such trim.  RssAnon, not glibc's
+ * free bytes, because memory a trim returned stays counted as free in glibc's
+ * bins: a later transaction that reuses and frees it again leaves the free
+ * bytes unchanged but the pages resident.  Runs in normal context (the next
+ * statement start) or at the idle point.
  */
 void
 gm_xact_trim(void)
 {
 	GmMallinfo	mi;
 	int64		min_growth;
+	int64		rss;
 
 	if (!gm_xact_trim_wanted())
 		return;
 	min_growth = gm_presets[cur_preset].xact_trim_bytes;
 	gm_mallinfo(&mi);
-	if (mi.fordblks > free_after_trim + min_growth)
+	if ((int64) mi.fordblks < min_growth || (rss = gm_rss_anon()) < 0)
+		return;
+	if (rss > rss_after_trim + min_growth)
 	{
 		gm_release(0);
-		gm_mallinfo(&mi);
-		free_after_trim = mi.fordblks;
+		rss_after_trim = gm_rss_anon();
 	}
-	else if (mi.fordblks < free_after_trim)
-		free_after_trim = mi.fordblks;
+	else if (rss < rss_after_trim)
+		rss_after_trim = rss;
 }
 
 /* The error detail for a non-default value when malloc is not glibc's. */
