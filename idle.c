@@ -154,7 +154,7 @@ gm_sigusr2_handler(int signo, siginfo_t *info, void *context)
 			in_idle_work = false;
 			retry_ms = GM_IDLE_RETRY_MS;
 			if (next >= 0)
-				arm(Max(next, GM_IDLE_RETRY_MS));
+				arm(next);
 		}
 		else if (!IsTransactionState() && GM_WAIT_EVENTS_REPORTED())
 		{
@@ -242,8 +242,6 @@ gm_idle_schedule(TimestampTz now, int64 delay_ms)
 	if (!gm_idle_enabled())
 		return;
 
-	/* Not sooner than the commit or abort in progress can finish. */
-	delay_ms = Max(delay_ms, GM_IDLE_RETRY_MS);
 	retry_ms = GM_IDLE_RETRY_MS;
 	sigemptyset(&block);
 	sigaddset(&block, SIGUSR2);

@@ -16,6 +16,9 @@ seed_sort_table($node);
 my $rows = $node->safe_psql('postgres', 'SELECT count(*) FROM t');
 my $groups = $node->safe_psql('postgres', 'SELECT count(DISTINCT a % 5000) FROM t');
 
+# Values every glibc accepts: mmap_threshold at most 32 MB (glibc before
+# 2.35), mxfast at most the platform's limit.
+my $mxfast_max = $node->safe_psql('postgres', "SELECT max_val FROM pg_settings WHERE name = 'glibc_malloc.mxfast'");
 my $script = <<"SQL";
 \\set p random(1, 3)
 \\set k random(1, 6)
@@ -23,7 +26,7 @@ my $script = <<"SQL";
 \\set w random(64, 65536)
 SELECT set_config('glibc_malloc.preset', (ARRAY['default', 'greedy', 'frugal'])[:p], false);
 SELECT set_config('glibc_malloc.' || (ARRAY['trim_threshold', 'mmap_threshold', 'top_pad', 'mmap_max', 'mxfast', 'perturb'])[:k],
-  (CASE :k WHEN 5 THEN :v % 161 WHEN 6 THEN abs(:v) % 256 ELSE :v END)::text, false);
+  (CASE :k WHEN 2 THEN :v % 32769 WHEN 5 THEN :v % ($mxfast_max + 1) WHEN 6 THEN abs(:v) % 256 ELSE :v END)::text, false);
 SELECT set_config('work_mem', :w || 'kB', false);
 SELECT 1 / (count(*) = $rows)::int FROM (SELECT * FROM t ORDER BY a, c1) s;
 SET enable_sort = off;
