@@ -9,7 +9,7 @@ EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(dir $(firstwo
 DATA = glibc_malloc--1.0.sql glibc_malloc--1.0--1.1.sql glibc_malloc--1.1--1.2.sql
 PGFILEDESC = "glibc_malloc - glibc malloc tunables under PostgreSQL control"
 
-REGRESS = glibc_malloc_gucs glibc_malloc_presets glibc_malloc_functions glibc_malloc_effect glibc_malloc_permissions glibc_malloc_backends glibc_malloc_upgrade
+REGRESS = glibc_malloc_gucs glibc_malloc_prefix glibc_malloc_presets glibc_malloc_limits glibc_malloc_functions glibc_malloc_effect glibc_malloc_permissions glibc_malloc_backends glibc_malloc_upgrade
 
 # The TAP tests (t/) start servers as a non-root user; packaging builds
 # (debian/rules, autopkgtest) run only pg_regress and set NO_TAP_TESTS.

@@ -10,8 +10,7 @@ SELECT name, setting, unit, context, vartype, min_val, max_val, boot_val
 FROM pg_settings WHERE name LIKE 'glibc_malloc.%' ORDER BY name;
 SELECT enumvals FROM pg_settings WHERE name = 'glibc_malloc.preset';
 
--- The prefix is reserved: a misspelt name is an error, not a placeholder.
-SET glibc_malloc.trim_treshold = '1MB';
+-- (The reserved prefix: glibc_malloc_prefix.)
 
 -- preset
 SET glibc_malloc.preset = greedy;
