@@ -1,7 +1,8 @@
-# What differs between glibc versions and word sizes, checked on whichever
-# this run has: mallinfo2 (2.33+) or the mallinfo fallback, measured against
-# the heap the kernel maps; the 32 MB mmap threshold limit before 2.35; and
-# mxfast's platform limit.
+# What differs between glibc and PostgreSQL versions and word sizes, checked
+# on whichever this run has: mallinfo2 (2.33+) or the mallinfo fallback,
+# measured against the heap the kernel maps; the 32 MB mmap threshold limit
+# before 2.35; mxfast's platform limit; the shared memory request before
+# PostgreSQL 15.
 use strict;
 use warnings;
 use Config;
@@ -58,4 +59,14 @@ like($err, qr/outside the valid range for parameter "glibc_malloc.mxfast"/, 'mxf
 
 $s->quit;
 $node->stop;
+
+# Shared memory for every backend: before PostgreSQL 15 the request is made
+# while MaxBackends is still 0, so it must be computed from the settings.
+my $many = new_node('many', "max_connections = 2000\n", no_start => 1);
+$many->start;
+my @b = map { $many->background_psql('postgres') } 1 .. 3;
+is($many->safe_psql('postgres', 'CREATE EXTENSION glibc_malloc; SELECT count(*) >= 3 FROM glibc_malloc_backends'), 't',
+	'a preloaded server with max_connections = 2000 starts and every backend has a slot');
+for my $x (@b) { $x->quit }
+$many->stop;
 done_testing();
