@@ -65,6 +65,14 @@ static volatile sig_atomic_t pend_release = false;	/* the idle release */
 static volatile sig_atomic_t pend_publish = false;	/* a skipped publish */
 static TimestampTz xact_end_at = 0; /* 0: not read yet */
 
+/*
+ * The statement start of the last transaction end.  Transactions that
+ * PostgreSQL runs by itself at the idle wait (sinval catch-up, LISTEN
+ * notifications) keep the last client statement's: they must not restart
+ * the idle release's clock, or a backend on a busy cluster never gets there.
+ */
+static TimestampTz last_statement_start = 0;
+
 /* ms until the earliest pending work is due (0: now), or -1; plain reads only. */
 static int64
 next_due(TimestampTz now)
@@ -117,7 +125,7 @@ idle_point(TimestampTz now)
 	if (pend_xact_trim)
 	{
 		pend_xact_trim = false;
-		gm_xact_trim();
+		gm_xact_trim(false);
 	}
 	if (pend_release && (delay <= 0 || xact_end_at == 0))
 		pend_release = false;
@@ -162,7 +170,7 @@ plan(void)
 		if (pend_xact_trim)
 		{
 			pend_xact_trim = false;
-			gm_xact_trim();
+			gm_xact_trim(false);
 		}
 		return;
 	}
@@ -170,6 +178,15 @@ plan(void)
 	if (xact_end_at == 0)
 		xact_end_at = now;
 	ms = next_due(now);
+
+	/*
+	 * Overdue work (a publish, a request) that the last transaction could not
+	 * take, because the backend runs transactions back to back without
+	 * reaching the idle wait: at most one timer call per 20 ms, not one per
+	 * transaction.
+	 */
+	if (ms == 0)
+		ms = GM_XACT_TRIM_DELAY_MS;
 	if (ms >= 0)
 		gm_idle_schedule(now, ms);
 }
@@ -184,20 +201,17 @@ statement_start(void)
 {
 	if (gm_shmem_has_requests())
 		gm_shmem_serve_requests(false);
-	if (pend_xact_trim)
-	{
+	if (pend_xact_trim && gm_xact_trim(true))
 		pend_xact_trim = false;
-		gm_xact_trim();
-	}
 	if (pend_publish)
 	{
-		TimestampTz now = GetCurrentTimestamp();
-		int64		ms = gm_shmem_publish_due(now);
+		/* The statement's start, not a clock read: this runs for every query. */
+		int64		ms = gm_shmem_publish_due(GetCurrentStatementStartTimestamp());
 
 		if (ms <= 0)
 		{
 			if (ms == 0)
-				gm_shmem_publish(now);
+				gm_shmem_publish(GetCurrentTimestamp());
 			pend_publish = false;
 		}
 	}
@@ -234,15 +248,23 @@ gm_xact_callback(XactEvent event, void *arg)
 		case XACT_EVENT_PARALLEL_ABORT:
 			if (proc_exit_inprogress)
 				break;
-			/* Whether they run is decided with the settings after rollback. */
-			pend_release = true;
-			pend_xact_trim = true;
-			xact_end_at = 0;
-			if (gm_shmem_active())
+
+			/*
+			 * Whether they run is decided with the settings after rollback.
+			 * A transaction without a client statement of its own (sinval
+			 * catch-up, notifications at the idle wait) leaves them alone.
+			 */
+			if (GetCurrentStatementStartTimestamp() != last_statement_start)
 			{
-				xact_end_at = GetCurrentTimestamp();
-				pend_publish = gm_shmem_transaction_end(xact_end_at);
+				last_statement_start = GetCurrentStatementStartTimestamp();
+				pend_release = true;
+				pend_xact_trim = true;
+				xact_end_at = 0;
+				if (gm_shmem_active())
+					xact_end_at = GetCurrentTimestamp();
 			}
+			if (gm_shmem_active())
+				pend_publish = gm_shmem_transaction_end(GetCurrentTimestamp());
 			plan();
 			break;
 		default:

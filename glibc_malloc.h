@@ -111,7 +111,7 @@ extern void gm_define_gucs(void);
 extern void gm_apply(void);
 extern void gm_statement_start(void);
 extern bool gm_xact_trim_wanted(void);
-extern void gm_xact_trim(void);
+extern bool gm_xact_trim(bool busy);
 extern void gm_resolve(GmParam p, GmResolved *r);
 extern bool gm_dynamic_active(GmSource *frozen_by);
 extern int64 gm_preset_value(int preset, GmParam p);

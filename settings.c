@@ -25,6 +25,7 @@
 
 #include "miscadmin.h"
 #include "utils/guc.h"
+#include "utils/timestamp.h"
 
 #include "glibc_malloc.h"
 
@@ -119,6 +120,10 @@ static int	applied_work_mem = -1;
 
 /* RssAnon right after the last transaction-end trim (frugal). */
 static int64 rss_after_trim = 0;
+
+/* When gm_xact_trim last read RssAnon: at most every GM_RSS_CHECK_MS. */
+#define GM_RSS_CHECK_MS 100
+static TimestampTz last_rss_check = 0;
 
 /* Assign hooks apply only once _PG_init has defined every GUC. */
 static bool gucs_ready = false;
@@ -361,21 +366,37 @@ gm_statement_start(void)
  * free bytes, because memory a trim returned stays counted as free in glibc's
  * bins: a later transaction that reuses and frees it again leaves the free
  * bytes unchanged but the pages resident.  Runs in normal context (the next
- * statement start) or at the idle point.
+ * statement start) or at the idle point.  A busy backend (at statement
+ * start) reads /proc at most every GM_RSS_CHECK_MS and otherwise returns
+ * false: the check is left to the idle point.
  */
-void
-gm_xact_trim(void)
+bool
+gm_xact_trim(bool busy)
 {
 	GmMallinfo	mi;
 	int64		min_growth;
 	int64		rss;
+	TimestampTz now;
 
 	if (!gm_xact_trim_wanted())
-		return;
+		return true;
 	min_growth = gm_presets[cur_preset].xact_trim_bytes;
 	gm_mallinfo(&mi);
-	if ((int64) mi.fordblks < min_growth || (rss = gm_rss_anon()) < 0)
-		return;
+	if ((int64) mi.fordblks < min_growth)
+		return true;
+
+	/*
+	 * glibc keeps counting trimmed pages as free, so once 1 MB is free this
+	 * point is reached after every transaction: a busy backend reads /proc
+	 * at most every GM_RSS_CHECK_MS.
+	 */
+	now = GetCurrentTimestamp();
+	if (busy && last_rss_check != 0 && now >= last_rss_check &&
+		now - last_rss_check < GM_RSS_CHECK_MS * 1000)
+		return false;
+	last_rss_check = now;
+	if ((rss = gm_rss_anon()) < 0)
+		return true;
 	if (rss > rss_after_trim + min_growth)
 	{
 		gm_release(0);
@@ -383,6 +404,7 @@ gm_xact_trim(void)
 	}
 	else if (rss < rss_after_trim)
 		rss_after_trim = rss;
+	return true;
 }
 
 /* The error detail for a non-default value when malloc is not glibc's. */

@@ -8,6 +8,7 @@ use FindBin;
 use lib $FindBin::RealBin;
 use GlibcMallocTest;
 use PostgreSQL::Test::Utils;
+use IPC::Run;
 use Test::More;
 use Time::HiRes qw(usleep);
 
@@ -40,6 +41,27 @@ my $start = rss_anon($pid);
 $s->query_safe("BEGIN; SET LOCAL glibc_malloc.idle_release_delay = 0; $big_sort; $big_sort; COMMIT");
 ok(wait_for(sub { rss_anon($pid) - $start < 2 * 2**20 }, 3),
 	'BEGIN; SET LOCAL idle_release_delay = 0; ...; COMMIT: the session\'s release still runs');
+$s->quit;
+
+# Transactions PostgreSQL runs by itself at the idle wait (sinval catch-up,
+# here from another session creating and dropping temp tables) do not
+# restart the idle release's clock.
+$s = $node->background_psql('postgres');
+$pid = $s->query_safe("SET glibc_malloc.preset = 'balanced'; SELECT pg_backend_pid()");
+$start = rss_anon($pid);
+my $churn_sql = PostgreSQL::Test::Utils::tempdir() . '/churn.sql';
+open my $cf, '>', $churn_sql or die $!;
+print $cf "CREATE TEMP TABLE churn (a int, b text, c int[]); DROP TABLE churn;\n";
+close $cf;
+my $churn = IPC::Run::start(
+	[ 'pgbench', '-n', '-c', '1', '-T', '5', '-h', $node->host, '-p', $node->port, '-f', $churn_sql, 'postgres' ],
+	'<', \undef, '>', \my $churn_out, '2>', \my $churn_err);
+sleep 1;
+$s->query_safe("$big_sort; $big_sort; SELECT 1");
+ok(wait_for(sub { rss_anon($pid) - $start < 2 * 2**20 }, 3),
+	'an idle balanced backend releases within its delay while another session floods invalidations');
+$churn->finish;
+like($churn_out, qr/number of transactions actually processed: [1-9]/, 'the invalidation flood ran');
 $s->quit;
 
 # 7. ... and after the transaction's memory is freed: frugal returns what
