@@ -103,11 +103,17 @@ next_due(TimestampTz now)
 	return best;
 }
 
-/* Signal-safe: in how many ms the idle point has work, or -1. */
-static int64
-idle_pending(TimestampTz now)
+/* Publish the pending snapshot if stats_interval says it is due at 'at'. */
+static void
+publish_if_due(TimestampTz at)
 {
-	return next_due(now);
+	int64		ms = gm_shmem_publish_due(at);
+
+	if (ms > 0)
+		return;
+	if (ms == 0)
+		gm_shmem_publish(GetCurrentTimestamp());
+	pend_publish = false;
 }
 
 /*
@@ -137,16 +143,7 @@ idle_point(TimestampTz now)
 		pend_publish = false;
 	}
 	if (pend_publish)
-	{
-		int64		ms = gm_shmem_publish_due(now);
-
-		if (ms <= 0)
-		{
-			if (ms == 0)
-				gm_shmem_publish(now);
-			pend_publish = false;
-		}
-	}
+		publish_if_due(now);
 	return next_due(now);
 }
 
@@ -203,18 +200,9 @@ statement_start(void)
 		gm_shmem_serve_requests(false);
 	if (pend_xact_trim && gm_xact_trim(true))
 		pend_xact_trim = false;
+	/* The statement's start, not a clock read: this runs for every query. */
 	if (pend_publish)
-	{
-		/* The statement's start, not a clock read: this runs for every query. */
-		int64		ms = gm_shmem_publish_due(GetCurrentStatementStartTimestamp());
-
-		if (ms <= 0)
-		{
-			if (ms == 0)
-				gm_shmem_publish(GetCurrentTimestamp());
-			pend_publish = false;
-		}
-	}
+		publish_if_due(GetCurrentStatementStartTimestamp());
 	gm_statement_start();
 }
 
@@ -259,9 +247,7 @@ gm_xact_callback(XactEvent event, void *arg)
 				last_statement_start = GetCurrentStatementStartTimestamp();
 				pend_release = true;
 				pend_xact_trim = true;
-				xact_end_at = 0;
-				if (gm_shmem_active())
-					xact_end_at = GetCurrentTimestamp();
+				xact_end_at = 0;	/* plan() reads the clock if needed */
 			}
 			if (gm_shmem_active())
 				pend_publish = gm_shmem_transaction_end(GetCurrentTimestamp());
@@ -277,7 +263,7 @@ void
 _PG_init(void)
 {
 	gm_allocator_init();
-	gm_idle_setup(idle_point, idle_pending);
+	gm_idle_setup(idle_point, next_due);
 	gm_on_settings_change = plan;
 	gm_define_gucs();
 	if (process_shared_preload_libraries_in_progress)

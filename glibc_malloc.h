@@ -146,7 +146,6 @@ extern void gm_idle_setup(GmIdleWork work, GmIdlePending pending);
 extern bool gm_idle_enabled(void);
 extern void gm_idle_schedule(TimestampTz now, int64 delay_ms);
 extern void gm_idle_trim(void);
-extern bool gm_at_idle_wait(void);
 
 /* shmem.c */
 extern int	gm_stats_interval;

@@ -103,7 +103,7 @@ static pg_atomic_uint64 armed_for;
 static struct sigaction prev_sigusr2;	/* chained, should anyone use it */
 
 /* Whether this backend is provably in the idle wait (see above). */
-bool
+static bool
 gm_at_idle_wait(void)
 {
 	return GM_CURRENT_WAIT_EVENT() == WAIT_EVENT_CLIENT_READ &&
