@@ -2,7 +2,11 @@
  *
  * allocator.c
  *		Facts about the malloc this process runs on: which library provides
- *		it, what the operator's environment set, mallinfo, and RssAnon.
+ *		it, what the operator's environment set, mallinfo, RssAnon, and
+ *		releases of free memory with their counters; and the table of the
+ *		glibc parameters the module manages.
+ *
+ *		The bottom layer: it calls no other file of the module.
  *
  *-------------------------------------------------------------------------
  */
@@ -18,7 +22,59 @@
 #include <gnu/libc-version.h>
 #endif
 
+#include "utils/guc.h"
+
 #include "glibc_malloc.h"
+
+/*
+ * The glibc parameters, each with its GUC glibc_malloc.<name>.
+ *
+ * The raw knobs are SUSET: with them an unprivileged user could exhaust the
+ * commit limit vm.overcommit_memory=2 sets for the whole server.  The arena
+ * knobs are PGC_POSTMASTER: glibc reads M_ARENA_MAX once, when it makes the
+ * first extra arena, so only the postmaster can usefully set them.
+ */
+const GmParamInfo gm_params[GM_NPARAMS] = {
+	[GM_TRIM_THRESHOLD] = {"trim_threshold", M_TRIM_THRESHOLD,
+		"glibc.malloc.trim_threshold", "MALLOC_TRIM_THRESHOLD_", 128 * 1024, true, true,
+		"Sets M_TRIM_THRESHOLD: free memory at the heap top above which free() returns it to the OS (-1: not set).",
+	-1, -1, GM_MAX_KB, PGC_SUSET, GUC_UNIT_KB, 1024},
+	[GM_MMAP_THRESHOLD] = {"mmap_threshold", M_MMAP_THRESHOLD,
+		"glibc.malloc.mmap_threshold", "MALLOC_MMAP_THRESHOLD_", 128 * 1024, true, true,
+		"Sets M_MMAP_THRESHOLD: requests at least this large are served by mmap (-1: not set).",
+	-1, -1, GM_MAX_KB, PGC_SUSET, GUC_UNIT_KB, 1024},
+	[GM_TOP_PAD] = {"top_pad", M_TOP_PAD,
+		"glibc.malloc.top_pad", "MALLOC_TOP_PAD_", 128 * 1024, true, true,
+		"Sets M_TOP_PAD: extra memory requested on each heap growth and kept on each trim (-1: not set).",
+	-1, -1, GM_MAX_KB, PGC_SUSET, GUC_UNIT_KB, 1024},
+	[GM_MMAP_MAX] = {"mmap_max", M_MMAP_MAX,
+		"glibc.malloc.mmap_max", "MALLOC_MMAP_MAX_", 65536, true, false,
+		"Sets M_MMAP_MAX: the most chunks served by mmap at once (-1: not set).",
+	-1, -1, INT_MAX, PGC_SUSET, 0, 1},
+	[GM_MXFAST] = {"mxfast", M_MXFAST,
+		"glibc.malloc.mxfast", NULL, 64 * sizeof(size_t) / 4, false, true,
+		"Sets M_MXFAST: the largest request served from fastbins, at most 80 * sizeof(size_t) / 4 bytes (-1: not set).",
+	-1, -1, 80 * sizeof(size_t) / 4, PGC_SUSET, GUC_UNIT_BYTE, 1},
+	[GM_PERTURB] = {"perturb", M_PERTURB,
+		"glibc.malloc.perturb", "MALLOC_PERTURB_", 0, false, false,
+		"Sets M_PERTURB: fill allocated and freed memory with this byte, for debugging (0: off).",
+	0, 0, 255, PGC_SUSET, 0, 1},
+	[GM_ARENA_MAX] = {"arena_max", M_ARENA_MAX,
+		"glibc.malloc.arena_max", "MALLOC_ARENA_MAX", 0, false, false,
+		"Sets M_ARENA_MAX in the postmaster: the most malloc arenas (0: glibc's default).",
+	0, 0, INT_MAX, PGC_POSTMASTER, 0, 1},
+	[GM_ARENA_TEST] = {"arena_test", M_ARENA_TEST,
+		"glibc.malloc.arena_test", "MALLOC_ARENA_TEST", sizeof(long) == 4 ? 2 : 8, false, false,
+		"Sets M_ARENA_TEST in the postmaster: arenas made before arena_max is checked (0: glibc's default).",
+	0, 0, INT_MAX, PGC_POSTMASTER, 0, 1},
+};
+
+const char *const gm_source_names[] = {
+	[GM_SRC_GLIBC_DEFAULT] = "glibc default",
+	[GM_SRC_SETTING] = "setting",
+	[GM_SRC_PRESET] = "preset",
+	[GM_SRC_ENVIRONMENT] = "environment",
+};
 
 /* True when glibc's malloc is the one in use (no LD_PRELOAD'ed allocator). */
 bool		gm_malloc_is_glibc = false;
@@ -34,6 +90,12 @@ bool		gm_glibc_has_fastbins = true;
 
 /* glibc.malloc.hugetlb from GLIBC_TUNABLES, or NULL. */
 const char *gm_env_hugetlb = NULL;
+
+/*
+ * Releases by kind.  Written in normal context or at the idle point, which
+ * runs only while normal code waits for the client, so never concurrently.
+ */
+volatile GmReleaseCount gm_releases[GM_NRELEASE_KINDS];
 
 /* mallinfo2 (glibc 2.33+) and mallinfo, looked up once at load. */
 static void *mallinfo2_fn = NULL;
@@ -283,4 +345,12 @@ gm_release(size_t pad)
 	if (before < 0 || after < 0 || after > before)
 		return 0;
 	return before - after;
+}
+
+/* gm_release(0), counted as a release of the given kind; signal-safe. */
+void
+gm_release_counted(GmReleaseKind kind)
+{
+	gm_releases[kind].bytes += gm_release(0);
+	gm_releases[kind].count++;
 }

@@ -37,6 +37,7 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
+#include "utils/guc.h"
 #include "utils/timestamp.h"
 
 #include "glibc_malloc.h"
@@ -138,7 +139,7 @@ idle_point(TimestampTz now)
 	else if (pend_release && now >= xact_end_at + (int64) delay * 1000)
 	{
 		pend_release = false;
-		gm_idle_trim();
+		gm_release_counted(GM_RELEASE_IDLE);
 		gm_shmem_publish(now);
 		pend_publish = false;
 	}
@@ -264,8 +265,9 @@ _PG_init(void)
 {
 	gm_allocator_init();
 	gm_idle_setup(idle_point, next_due);
-	gm_on_settings_change = plan;
-	gm_define_gucs();
+	gm_define_gucs(plan);
+	gm_shmem_define_gucs();
+	MarkGUCPrefixReserved("glibc_malloc");
 	if (process_shared_preload_libraries_in_progress)
 		gm_shmem_init();
 

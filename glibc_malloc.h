@@ -4,19 +4,31 @@
  *		Declarations shared by the glibc_malloc modules.
  *
  * glibc_malloc puts glibc's malloc tunables (mallopt) under PostgreSQL's
- * configuration system.  The code is split by concern:
+ * configuration system.  The code is split by concern into layers, and a
+ * file calls only the files above it in this list (t/016_layers.pl checks
+ * the object files); a lower layer reaches a higher one only through a
+ * callback it is given:
  *
- *	glibc_malloc.c	module entry: _PG_init and the executor/xact hooks
- *	settings.c		GUCs, presets, resolution of effective values, mallopt
- *	allocator.c		which malloc is live, the environment, mallinfo, RssAnon
- *	stats.c			SQL-callable functions about the calling backend
- *	idle.c			give memory back when a backend goes idle
- *	shmem.c			every backend's snapshot in shared memory, remote trim
+ *	1. allocator.c		facts about this process's malloc: which library, the
+ *						environment, mallinfo, RssAnon, releases and their
+ *						counters, and the parameter table
+ *	2. settings.c		policy: GUCs, the preset table, resolution, the one
+ *						mallopt caller, and what statement start and
+ *						transaction end should do
+ *	3. idle.c			the idle point: a timer and the safe-point check; runs
+ *						the callback it is given
+ *	4. shmem.c			every process's snapshot in shared memory, the views,
+ *						remote trim, and glibc_malloc.stats_interval
+ *	5. stats.c			SQL functions about the calling backend
+ *	6. glibc_malloc.c	_PG_init, the hooks, and the only place that wires
+ *						lifecycle events to the layers
  *
  *-------------------------------------------------------------------------
  */
 #ifndef GLIBC_MALLOC_H
 #define GLIBC_MALLOC_H
+
+#include <limits.h>
 
 #include "glibc_malloc_compat.h"
 #include "datatype/timestamp.h"
@@ -44,6 +56,9 @@ typedef enum GmSource
 	GM_SRC_ENVIRONMENT			/* GLIBC_TUNABLES or MALLOC_*_ */
 } GmSource;
 
+/* Largest kB value whose byte count still fits mallopt's int argument. */
+#define GM_MAX_KB			(INT_MAX / 1024)
+
 /* Presets are rows of settings.c's gm_presets[]; row 0 leaves glibc alone. */
 #define GM_PRESET_DEFAULT 0
 
@@ -67,7 +82,10 @@ typedef struct GmPresetDef
 									 * more is free; 0 = never */
 } GmPresetDef;
 
-/* Static description of one managed parameter. */
+/*
+ * One managed parameter: what glibc knows it as, and how it is exposed as
+ * the GUC glibc_malloc.<name> (allocator.c's gm_params[]).
+ */
 typedef struct GmParamInfo
 {
 	const char *name;			/* GUC suffix and report name */
@@ -77,7 +95,30 @@ typedef struct GmParamInfo
 	int64		glibc_default;	/* glibc's static default */
 	bool		freezes_dynamic;	/* setting it stops glibc's dynamic mode */
 	bool		is_size;		/* a byte count (reported unit "bytes") */
+	/* the GUC */
+	const char *short_desc;
+	int			boot;			/* also the "not set" value */
+	int			min;
+	int			max;
+	int			context;		/* GucContext when preloaded */
+	int			flags;			/* GUC_UNIT_* */
+	int			scale;			/* GUC units to bytes */
 } GmParamInfo;
+
+/* Why this process returned free memory to the OS, for the counters. */
+typedef enum GmReleaseKind
+{
+	GM_RELEASE_IDLE,			/* the idle release (balanced, idle_release_delay) */
+	GM_RELEASE_REMOTE,			/* asked by another backend (trim_backend, trim_idle) */
+	GM_NRELEASE_KINDS
+} GmReleaseKind;
+
+/* How many releases of one kind ran, and the RssAnon they returned. */
+typedef struct GmReleaseCount
+{
+	int64		count;
+	int64		bytes;
+} GmReleaseCount;
 
 /* One resolved parameter, as reported by glibc_malloc_settings(). */
 typedef struct GmResolved
@@ -102,12 +143,25 @@ typedef struct GmMallinfo
 	size_t		keepcost;		/* releasable top chunk */
 } GmMallinfo;
 
+/* 1. allocator.c */
 extern const GmParamInfo gm_params[GM_NPARAMS];
 extern const char *const gm_source_names[];
+extern bool gm_malloc_is_glibc;
+extern const char *gm_allocator;
+extern int64 gm_env_value[GM_NPARAMS];
+extern const char *gm_env_hugetlb;
+extern bool gm_glibc_has_fastbins;
+extern volatile GmReleaseCount gm_releases[GM_NRELEASE_KINDS];
+extern void gm_allocator_init(void);
+extern const char *gm_glibc_version(void);
+extern int64 gm_mmap_threshold_limit(void);
+extern void gm_mallinfo(GmMallinfo *mi);
+extern int64 gm_rss_anon(void);
+extern int64 gm_release(size_t pad);
+extern void gm_release_counted(GmReleaseKind kind);
 
-/* settings.c */
-extern void (*gm_on_settings_change) (void);
-extern void gm_define_gucs(void);
+/* 2. settings.c */
+extern void gm_define_gucs(void (*on_change) (void));
 extern void gm_apply(void);
 extern void gm_statement_start(void);
 extern bool gm_xact_trim_wanted(void);
@@ -119,36 +173,20 @@ extern int	gm_idle_delay(GmSource *source);
 extern int	gm_current_preset(void);
 extern const char *gm_preset_name(int preset);
 
-/* allocator.c */
-extern bool gm_malloc_is_glibc;
-extern const char *gm_allocator;
-extern int64 gm_env_value[GM_NPARAMS];
-extern const char *gm_env_hugetlb;
-extern bool gm_glibc_has_fastbins;
-extern void gm_allocator_init(void);
-extern const char *gm_glibc_version(void);
-extern int64 gm_mmap_threshold_limit(void);
-extern void gm_mallinfo(GmMallinfo *mi);
-extern int64 gm_rss_anon(void);
-extern int64 gm_release(size_t pad);
-
 /*
- * idle.c.  The idle work runs at the idle point, in signal context; it
+ * 3. idle.c.  The work runs at the idle point, in signal context; it
  * returns in how many ms it wants to run again (-1: not before something
  * schedules it).  The pending check is signal-safe and says the same
  * without doing anything.
  */
 typedef int64 (*GmIdleWork) (TimestampTz now);
 typedef int64 (*GmIdlePending) (TimestampTz now);
-extern volatile int64 gm_idle_releases;
-extern volatile int64 gm_idle_released_bytes;
 extern void gm_idle_setup(GmIdleWork work, GmIdlePending pending);
 extern bool gm_idle_enabled(void);
 extern void gm_idle_schedule(TimestampTz now, int64 delay_ms);
-extern void gm_idle_trim(void);
 
-/* shmem.c */
-extern int	gm_stats_interval;
+/* 4. shmem.c */
+extern void gm_shmem_define_gucs(void);
 extern void gm_shmem_init(void);
 extern bool gm_shmem_active(void);
 extern bool gm_shmem_transaction_end(TimestampTz now);

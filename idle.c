@@ -77,10 +77,6 @@
 #define GM_IDLE_RETRY_MS		20
 #define GM_IDLE_MAX_RETRY_MS	1000
 
-/* Counters for glibc_malloc_stats(); written only at the idle point or in normal context. */
-volatile int64 gm_idle_releases = 0;
-volatile int64 gm_idle_released_bytes = 0;
-
 static GmIdleWork idle_work = NULL;
 static GmIdlePending idle_pending = NULL;
 
@@ -129,7 +125,7 @@ arm(int64 delay_ms)
 #endif
 }
 
-/* SIGUSR2: our timer, or a request from another backend (shmem.c). */
+/* SIGUSR2: our timer, or a request from another backend. */
 static void
 gm_sigusr2_handler(int signo, siginfo_t *info, void *context)
 {
@@ -260,12 +256,4 @@ gm_idle_schedule(TimestampTz now, int64 delay_ms)
 	arm(delay_ms);
 	sigprocmask(SIG_SETMASK, &old, NULL);
 #endif
-}
-
-/* Return free memory to the OS and count it: the idle release and remote trims. */
-void
-gm_idle_trim(void)
-{
-	gm_idle_released_bytes += gm_release(0);
-	gm_idle_releases++;
 }

@@ -1,7 +1,14 @@
 /*-------------------------------------------------------------------------
  *
  * settings.c
- *		GUCs, presets, and the one place that calls mallopt.
+ *		Policy: the GUCs, the preset table, resolution of effective values,
+ *		the one place that calls mallopt, and what should happen at
+ *		statement start (follow work_mem) and after a transaction (the
+ *		preset's trim, the idle delay).
+ *
+ *		It calls only allocator.c.  When is up to the caller: the entry
+ *		file asks it at statement start and transaction end, and it reports
+ *		settings changes through the callback given to gm_define_gucs().
  *
  * Every glibc parameter has an effective value, resolved in this order:
  *
@@ -29,9 +36,6 @@
 
 #include "glibc_malloc.h"
 
-/* Largest kB value whose byte count still fits mallopt's int argument. */
-#define GM_MAX_KB			(INT_MAX / 1024)
-
 /*
  * The presets.  Everything a preset does is in its row; nothing else in
  * the module branches on a particular preset, so a new preset is one row.
@@ -57,32 +61,6 @@ static const GmPresetDef gm_presets[] = {
 
 #define GM_NPRESETS lengthof(gm_presets)
 
-const GmParamInfo gm_params[GM_NPARAMS] = {
-	[GM_TRIM_THRESHOLD] = {"trim_threshold", M_TRIM_THRESHOLD,
-		"glibc.malloc.trim_threshold", "MALLOC_TRIM_THRESHOLD_", 128 * 1024, true, true},
-	[GM_MMAP_THRESHOLD] = {"mmap_threshold", M_MMAP_THRESHOLD,
-		"glibc.malloc.mmap_threshold", "MALLOC_MMAP_THRESHOLD_", 128 * 1024, true, true},
-	[GM_TOP_PAD] = {"top_pad", M_TOP_PAD,
-		"glibc.malloc.top_pad", "MALLOC_TOP_PAD_", 128 * 1024, true, true},
-	[GM_MMAP_MAX] = {"mmap_max", M_MMAP_MAX,
-		"glibc.malloc.mmap_max", "MALLOC_MMAP_MAX_", 65536, true, false},
-	[GM_MXFAST] = {"mxfast", M_MXFAST,
-		"glibc.malloc.mxfast", NULL, 64 * sizeof(size_t) / 4, false, true},
-	[GM_PERTURB] = {"perturb", M_PERTURB,
-		"glibc.malloc.perturb", "MALLOC_PERTURB_", 0, false, false},
-	[GM_ARENA_MAX] = {"arena_max", M_ARENA_MAX,
-		"glibc.malloc.arena_max", "MALLOC_ARENA_MAX", 0, false, false},
-	[GM_ARENA_TEST] = {"arena_test", M_ARENA_TEST,
-		"glibc.malloc.arena_test", "MALLOC_ARENA_TEST", sizeof(long) == 4 ? 2 : 8, false, false},
-};
-
-const char *const gm_source_names[] = {
-	[GM_SRC_GLIBC_DEFAULT] = "glibc default",
-	[GM_SRC_SETTING] = "setting",
-	[GM_SRC_PRESET] = "preset",
-	[GM_SRC_ENVIRONMENT] = "environment",
-};
-
 /* glibc_malloc.preset's values, filled from gm_presets[]. */
 static struct config_enum_entry preset_options[GM_NPRESETS + 1];
 
@@ -92,8 +70,12 @@ static int	max_trim_threshold_guc = 64 * 1024;
 static int	idle_release_delay_guc = -1;
 static int	knob_guc[GM_NPARAMS];
 
-/* Called after a setting that changes the idle work changed (see gm_on_settings_change). */
-void		(*gm_on_settings_change) (void) = NULL;
+/*
+ * Given by the entry file: called after a setting that changes what is due
+ * after a transaction changed (preset, idle_release_delay), also at GUC
+ * rollback, so that the caller re-plans with the settings now in force.
+ */
+static void (*on_settings_change) (void) = NULL;
 
 /* Whether the module was loaded through shared_preload_libraries. */
 static bool preloaded = false;
@@ -127,43 +109,6 @@ static TimestampTz last_rss_check = 0;
 
 /* Assign hooks apply only once _PG_init has defined every GUC. */
 static bool gucs_ready = false;
-
-/* How one managed parameter is exposed as a GUC. */
-typedef struct GmGucDef
-{
-	const char *short_desc;
-	int			boot;			/* also the "not set" value */
-	int			min;
-	int			max;
-	GucContext	context;
-	int			flags;
-	int			scale;			/* GUC units to bytes */
-} GmGucDef;
-
-/*
- * The raw knobs are SUSET: with them an unprivileged user could exhaust the
- * commit limit vm.overcommit_memory=2 sets for the whole server.  The arena
- * knobs are PGC_POSTMASTER: glibc reads M_ARENA_MAX once, when it makes the
- * first extra arena, so only the postmaster can usefully set them.
- */
-static const GmGucDef guc_defs[GM_NPARAMS] = {
-	[GM_TRIM_THRESHOLD] = {"Sets M_TRIM_THRESHOLD: free memory at the heap top above which free() returns it to the OS (-1: not set).",
-	-1, -1, GM_MAX_KB, PGC_SUSET, GUC_UNIT_KB, 1024},
-	[GM_MMAP_THRESHOLD] = {"Sets M_MMAP_THRESHOLD: requests at least this large are served by mmap (-1: not set).",
-	-1, -1, GM_MAX_KB, PGC_SUSET, GUC_UNIT_KB, 1024},
-	[GM_TOP_PAD] = {"Sets M_TOP_PAD: extra memory requested on each heap growth and kept on each trim (-1: not set).",
-	-1, -1, GM_MAX_KB, PGC_SUSET, GUC_UNIT_KB, 1024},
-	[GM_MMAP_MAX] = {"Sets M_MMAP_MAX: the most chunks served by mmap at once (-1: not set).",
-	-1, -1, INT_MAX, PGC_SUSET, 0, 1},
-	[GM_MXFAST] = {"Sets M_MXFAST: the largest request served from fastbins, at most 80 * sizeof(size_t) / 4 bytes (-1: not set).",
-	-1, -1, 80 * sizeof(size_t) / 4, PGC_SUSET, GUC_UNIT_BYTE, 1},
-	[GM_PERTURB] = {"Sets M_PERTURB: fill allocated and freed memory with this byte, for debugging (0: off).",
-	0, 0, 255, PGC_SUSET, 0, 1},
-	[GM_ARENA_MAX] = {"Sets M_ARENA_MAX in the postmaster: the most malloc arenas (0: glibc's default).",
-	0, 0, INT_MAX, PGC_POSTMASTER, 0, 1},
-	[GM_ARENA_TEST] = {"Sets M_ARENA_TEST in the postmaster: arenas made before arena_max is checked (0: glibc's default).",
-	0, 0, INT_MAX, PGC_POSTMASTER, 0, 1},
-};
 
 /* The byte count that preset gives parameter p, or -1 when it leaves p alone. */
 int64
@@ -431,8 +376,8 @@ assign_preset(int newval, void *extra)
 {
 	cur_preset = newval;
 	gm_apply();
-	if (gm_on_settings_change)
-		gm_on_settings_change();
+	if (on_settings_change)
+		on_settings_change();
 }
 
 /* Assign hook for glibc_malloc.idle_release_delay. */
@@ -440,8 +385,8 @@ static void
 assign_idle_delay(int newval, void *extra)
 {
 	cur_idle_delay = newval;
-	if (gm_on_settings_change)
-		gm_on_settings_change();
+	if (on_settings_change)
+		on_settings_change();
 }
 
 /* Assign hook for glibc_malloc.max_trim_threshold (kB). */
@@ -456,7 +401,7 @@ assign_max_trim(int newval, void *extra)
 static bool
 check_knob(GmParam p, int newval, void **extra)
 {
-	const GmGucDef *def = &guc_defs[p];
+	const GmParamInfo *def = &gm_params[p];
 	int64		bytes = newval == def->boot ? -1 : (int64) newval * def->scale;
 	int64	   *result;
 
@@ -531,10 +476,14 @@ static const struct
 	[GM_ARENA_TEST] = {check_arena_test, assign_arena_test},
 };
 
-/* Define every glibc_malloc.* GUC, then apply the result once. */
+/*
+ * Define the policy's glibc_malloc.* GUCs, then apply the result once;
+ * on_change is called when what is due after a transaction may have changed.
+ */
 void
-gm_define_gucs(void)
+gm_define_gucs(void (*on_change) (void))
 {
+	on_settings_change = on_change;
 	preloaded = process_shared_preload_libraries_in_progress;
 	for (int p = 0; p < GM_NPARAMS; p++)
 		applied[p] = -1;
@@ -577,19 +526,9 @@ gm_define_gucs(void)
 							GUC_UNIT_MS,
 							NULL, assign_idle_delay, NULL);
 
-	/* SIGHUP: how often backends publish is server-wide monitoring policy. */
-	DefineCustomIntVariable("glibc_malloc.stats_interval",
-							"Publishes each backend's malloc snapshot to the glibc_malloc_backends view at most this often, at transaction end (0: every transaction; -1: off).",
-							"Needs shared_preload_libraries. Snapshots are also published after an idle release and on request.",
-							&gm_stats_interval,
-							1000, -1, INT_MAX,
-							PGC_SIGHUP,
-							GUC_UNIT_MS,
-							NULL, NULL, NULL);
-
 	for (int p = 0; p < GM_NPARAMS; p++)
 	{
-		const GmGucDef *def = &guc_defs[p];
+		const GmParamInfo *def = &gm_params[p];
 		GucContext	context = def->context;
 
 		/*
@@ -611,8 +550,6 @@ gm_define_gucs(void)
 								def->flags,
 								knob_hooks[p].check, knob_hooks[p].assign, NULL);
 	}
-
-	MarkGUCPrefixReserved("glibc_malloc");
 
 	gucs_ready = true;
 	gm_apply();

@@ -20,7 +20,7 @@
  * failed login) and client backends without a role yet claim nothing.
  *
  * glibc_malloc_trim_backend(pid) sets the trim flag in the target's slot
- * and sends it SIGUSR2 (idle.c).  The request is served at once at the
+ * and sends it SIGUSR2, which idle.c's handler takes.  The request is served at once at the
  * provably safe idle point; otherwise, once the target's current
  * transaction is over, at its idle point or its next statement start.  glibc_malloc_trim_idle() sets a flag that only the
  * idle point serves: a backend that got busy meanwhile drops it at its next
@@ -45,6 +45,7 @@
 #include "storage/shmem.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/timestamp.h"
 
 #include "glibc_malloc.h"
@@ -68,8 +69,7 @@ typedef struct GmSlot
 	int64		free_bytes;
 	int64		mmapped_bytes;
 	int64		rss_anon_bytes;
-	int64		idle_releases;
-	int64		idle_released_bytes;
+	GmReleaseCount releases[GM_NRELEASE_KINDS];
 	pg_atomic_uint32 requests;	/* GM_REQ_* from other processes */
 } GmSlot;
 
@@ -79,8 +79,8 @@ typedef struct GmShared
 	GmSlot		slots[FLEXIBLE_ARRAY_MEMBER];
 } GmShared;
 
-/* GUC: publish at most once per this many ms at transaction end. */
-int			gm_stats_interval = 1000;
+/* GUC glibc_malloc.stats_interval: publish at most once per this many ms. */
+static int	stats_interval = 1000;
 
 static GmShared *shared = NULL;
 static GmSlot *my_slot = NULL;
@@ -135,6 +135,21 @@ gm_shmem_startup(void)
 			pg_atomic_init_u32(&shared->slots[i].requests, 0);
 	}
 	LWLockRelease(AddinShmemInitLock);
+}
+
+/* Define glibc_malloc.stats_interval; from _PG_init, preloaded or not. */
+void
+gm_shmem_define_gucs(void)
+{
+	/* SIGHUP: how often backends publish is server-wide monitoring policy. */
+	DefineCustomIntVariable("glibc_malloc.stats_interval",
+							"Publishes each backend's malloc snapshot to the glibc_malloc_backends view at most this often, at transaction end (0: every transaction; -1: off).",
+							"Needs shared_preload_libraries. Snapshots are also published after an idle release and on request.",
+							&stats_interval,
+							1000, -1, INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
 }
 
 /* Called from _PG_init while preloading: install the shmem hooks. */
@@ -244,8 +259,8 @@ gm_shmem_publish(TimestampTz now)
 	slot->free_bytes = mi.fordblks;
 	slot->mmapped_bytes = mi.hblkhd;
 	slot->rss_anon_bytes = gm_rss_anon();
-	slot->idle_releases = gm_idle_releases;
-	slot->idle_released_bytes = gm_idle_released_bytes;
+	for (int k = 0; k < GM_NRELEASE_KINDS; k++)
+		slot->releases[k] = gm_releases[k];
 	pg_write_barrier();
 	slot->changecount++;
 	last_publish = now;
@@ -274,7 +289,7 @@ gm_shmem_serve_requests(bool at_idle)
 		return;
 	req = pg_atomic_exchange_u32(&my_slot->requests, 0);
 	if ((req & GM_REQ_TRIM) || (at_idle && (req & GM_REQ_TRIM_IDLE)))
-		gm_idle_trim();
+		gm_release_counted(GM_RELEASE_REMOTE);
 	gm_shmem_publish(GetCurrentTimestamp());
 }
 
@@ -284,9 +299,9 @@ gm_shmem_publish_due(TimestampTz now)
 {
 	TimestampTz due;
 
-	if (my_slot == NULL || my_slot_pid != MyProcPid || gm_stats_interval < 0)
+	if (my_slot == NULL || my_slot_pid != MyProcPid || stats_interval < 0)
 		return -1;
-	due = last_publish + (int64) gm_stats_interval * 1000;
+	due = last_publish + (int64) stats_interval * 1000;
 	return due <= now ? 0 : (due - now + 999) / 1000;
 }
 
@@ -317,14 +332,14 @@ gm_shmem_transaction_end(TimestampTz now)
 			return false;
 		}
 	}
-	if (gm_stats_interval < 0)
+	if (stats_interval < 0)
 		return false;
 
 	/* After the transaction: at the idle point or the next statement start. */
 	if (gm_idle_enabled())
 		return true;
-	if (gm_stats_interval == 0 || last_publish == 0 ||
-		TimestampDifferenceExceeds(last_publish, now, gm_stats_interval))
+	if (stats_interval == 0 || last_publish == 0 ||
+		TimestampDifferenceExceeds(last_publish, now, stats_interval))
 	{
 		gm_shmem_publish(now);
 		return false;
@@ -413,17 +428,41 @@ send_request(int pid, uint32 flags)
 }
 
 PG_FUNCTION_INFO_V1(glibc_malloc_backends);
+PG_FUNCTION_INFO_V1(glibc_malloc_backends_1_3);
 PG_FUNCTION_INFO_V1(glibc_malloc_trim_backend);
 PG_FUNCTION_INFO_V1(glibc_malloc_trim_idle);
 
-/* glibc_malloc_backends(): every visible slot's snapshot. */
-Datum
-glibc_malloc_backends(PG_FUNCTION_ARGS)
+/*
+ * The columns of glibc_malloc_backends() by extension version, as
+ * pg_stat_statements does: a database still on an older version calls its
+ * own entry point, and keeps working with a newer library.
+ *
+ *	1.1	idle_releases and idle_released_bytes count idle releases and
+ *		remote trims together
+ *	1.3	they count idle releases only; remote_trims and
+ *		remote_trimmed_bytes count remote trims
+ */
+typedef enum GmBackendsVersion
+{
+	GM_BACKENDS_V1_1,
+	GM_BACKENDS_V1_3
+} GmBackendsVersion;
+
+#define GM_BACKENDS_COLS_V1_1	12
+#define GM_BACKENDS_COLS_V1_3	14
+#define GM_BACKENDS_COLS		14	/* the most of any version */
+
+/* Every visible slot's snapshot, with the columns of the given version. */
+static void
+backends_internal(FunctionCallInfo fcinfo, GmBackendsVersion api)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	int			ncols = api == GM_BACKENDS_V1_1 ? GM_BACKENDS_COLS_V1_1 : GM_BACKENDS_COLS_V1_3;
 
 	require_shared();
 	gm_init_srf(fcinfo);
+	if (rsinfo->setDesc->natts != ncols)
+		elog(ERROR, "incorrect number of output arguments");
 
 	/* The caller's own row is current. */
 	if (claim_slot())
@@ -432,13 +471,17 @@ glibc_malloc_backends(PG_FUNCTION_ARGS)
 	for (int i = 0; i < shared->nslots; i++)
 	{
 		GmSlot		s;
-		Datum		values[12];
-		bool		nulls[12] = {0};
+		Datum		values[GM_BACKENDS_COLS];
+		bool		nulls[GM_BACKENDS_COLS] = {0};
+		const GmReleaseCount *idle,
+				   *remote;
 		int			j = 0;
 
 		/* Claimed but not published yet (stats_interval = -1): no row. */
 		if (!read_slot(&shared->slots[i], &s) || s.taken_at == 0 || !can_see(s.roleid))
 			continue;
+		idle = &s.releases[GM_RELEASE_IDLE];
+		remote = &s.releases[GM_RELEASE_REMOTE];
 		values[j++] = Int32GetDatum(s.pid);
 		values[j++] = CStringGetTextDatum(GetBackendTypeDesc(s.backend_type));
 		/* No role (the autovacuum launcher): NULL, as in pg_stat_activity. */
@@ -451,11 +494,37 @@ glibc_malloc_backends(PG_FUNCTION_ARGS)
 		values[j++] = Int64GetDatum(s.mmapped_bytes);
 		values[j] = Int64GetDatum(s.rss_anon_bytes);
 		nulls[j++] = s.rss_anon_bytes < 0;
-		values[j++] = Int64GetDatum(s.idle_releases);
-		values[j++] = Int64GetDatum(s.idle_released_bytes);
+		if (api == GM_BACKENDS_V1_1)
+		{
+			values[j++] = Int64GetDatum(idle->count + remote->count);
+			values[j++] = Int64GetDatum(idle->bytes + remote->bytes);
+		}
+		else
+		{
+			values[j++] = Int64GetDatum(idle->count);
+			values[j++] = Int64GetDatum(idle->bytes);
+			values[j++] = Int64GetDatum(remote->count);
+			values[j++] = Int64GetDatum(remote->bytes);
+		}
 		values[j++] = TimestampTzGetDatum(s.taken_at);
+		Assert(j == ncols);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
+}
+
+/* glibc_malloc_backends(), extension versions 1.1 and 1.2. */
+Datum
+glibc_malloc_backends(PG_FUNCTION_ARGS)
+{
+	backends_internal(fcinfo, GM_BACKENDS_V1_1);
+	return (Datum) 0;
+}
+
+/* glibc_malloc_backends(), extension version 1.3. */
+Datum
+glibc_malloc_backends_1_3(PG_FUNCTION_ARGS)
+{
+	backends_internal(fcinfo, GM_BACKENDS_V1_3);
 	return (Datum) 0;
 }
 

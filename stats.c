@@ -19,6 +19,7 @@
 
 PG_FUNCTION_INFO_V1(glibc_malloc_settings);
 PG_FUNCTION_INFO_V1(glibc_malloc_stats);
+PG_FUNCTION_INFO_V1(glibc_malloc_stats_1_3);
 PG_FUNCTION_INFO_V1(glibc_malloc_info);
 PG_FUNCTION_INFO_V1(glibc_malloc_trim);
 PG_FUNCTION_INFO_V1(glibc_malloc_diag_alloc);
@@ -98,20 +99,34 @@ glibc_malloc_settings(PG_FUNCTION_ARGS)
 	return (Datum) 0;
 }
 
-/* glibc_malloc_stats(): mallinfo2 fields, RssAnon and the allocator. */
-Datum
-glibc_malloc_stats(PG_FUNCTION_ARGS)
+/*
+ * The columns of glibc_malloc_stats() by extension version (see shmem.c's
+ * glibc_malloc_backends()): up to 1.2, idle_releases and
+ * idle_released_bytes count idle releases and remote trims together; from
+ * 1.3 they count idle releases only, and remote_trims and
+ * remote_trimmed_bytes follow.
+ */
+#define GM_STATS_COLS_V1_0	13
+#define GM_STATS_COLS_V1_3	15
+
+/* mallinfo2 fields, RssAnon, the allocator and the release counters. */
+static Datum
+stats_internal(FunctionCallInfo fcinfo, bool v1_3)
 {
 	TupleDesc	tupdesc;
 	GmMallinfo	mi;
-	Datum		values[13];
-	bool		nulls[13] = {0};
+	Datum		values[GM_STATS_COLS_V1_3];
+	bool		nulls[GM_STATS_COLS_V1_3] = {0};
 	const char *version = gm_glibc_version();
 	int64		rss = gm_rss_anon();
+	GmReleaseCount idle = gm_releases[GM_RELEASE_IDLE];
+	GmReleaseCount remote = gm_releases[GM_RELEASE_REMOTE];
 	int			i = 0;
 
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
+	if (tupdesc->natts != (v1_3 ? GM_STATS_COLS_V1_3 : GM_STATS_COLS_V1_0))
+		elog(ERROR, "incorrect number of output arguments");
 
 	gm_mallinfo(&mi);
 	values[i++] = CStringGetTextDatum(gm_allocator);
@@ -129,11 +144,35 @@ glibc_malloc_stats(PG_FUNCTION_ARGS)
 	values[i++] = Int64GetDatum((int64) mi.keepcost);	/* releasable_top_bytes */
 	values[i] = Int64GetDatum(rss);
 	nulls[i++] = rss < 0;
-	values[i++] = Int64GetDatum(gm_idle_releases);
-	values[i++] = Int64GetDatum(gm_idle_released_bytes);
-	Assert(i == lengthof(values));
+	if (v1_3)
+	{
+		values[i++] = Int64GetDatum(idle.count);
+		values[i++] = Int64GetDatum(idle.bytes);
+		values[i++] = Int64GetDatum(remote.count);
+		values[i++] = Int64GetDatum(remote.bytes);
+	}
+	else
+	{
+		values[i++] = Int64GetDatum(idle.count + remote.count);
+		values[i++] = Int64GetDatum(idle.bytes + remote.bytes);
+	}
+	Assert(i == tupdesc->natts);
 
-	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+	return HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls));
+}
+
+/* glibc_malloc_stats(), extension versions 1.0 to 1.2. */
+Datum
+glibc_malloc_stats(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_DATUM(stats_internal(fcinfo, false));
+}
+
+/* glibc_malloc_stats(), extension version 1.3. */
+Datum
+glibc_malloc_stats_1_3(PG_FUNCTION_ARGS)
+{
+	PG_RETURN_DATUM(stats_internal(fcinfo, true));
 }
 
 /* glibc_malloc_info(): glibc's malloc_info() XML for this backend. */

@@ -23,7 +23,7 @@ SELECT backends >= 1 AS counts_backends, rss_anon_bytes > 0 AS sums_rss FROM gli
 
 -- Trim itself: served at once.
 SELECT glibc_malloc_trim_backend(pg_backend_pid());
-SELECT idle_releases >= 1 AS counted FROM glibc_malloc_backends WHERE pid = pg_backend_pid();
+SELECT idle_releases = 0 AS no_idle_release, remote_trims >= 1 AS counted FROM glibc_malloc_backends WHERE pid = pg_backend_pid();
 
 -- Not a backend.
 SELECT glibc_malloc_trim_backend(1);

@@ -46,3 +46,17 @@ SELECT l.lanname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang WHERE p.
 ALTER EXTENSION glibc_malloc UPDATE TO '1.2';
 SELECT l.lanname, pg_get_function_arguments(p.oid) FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang WHERE p.proname = 'glibc_malloc_trim_idle';
 SELECT glibc_malloc_trim_idle(-1);
+
+-- 1.2 to 1.3: idle releases and remote trims counted apart.  A database
+-- still on 1.2 calls the old C entry points of the new library, which count
+-- both together; after the update the same process's counters show apart.
+DROP EXTENSION glibc_malloc;
+CREATE EXTENSION glibc_malloc VERSION '1.2';
+SELECT glibc_malloc_trim_backend(pg_backend_pid());
+SELECT idle_releases, idle_released_bytes >= 0 AS bytes FROM glibc_malloc_stats();
+SELECT idle_releases FROM glibc_malloc_backends WHERE pid = pg_backend_pid();
+SELECT count(*) FROM pg_attribute WHERE attrelid = 'glibc_malloc_backends'::regclass AND attname LIKE 'remote%';
+ALTER EXTENSION glibc_malloc UPDATE TO '1.3';
+SELECT idle_releases, remote_trims, remote_trimmed_bytes >= 0 AS bytes FROM glibc_malloc_stats();
+SELECT idle_releases, remote_trims FROM glibc_malloc_backends WHERE pid = pg_backend_pid();
+SELECT backends >= 1 AS ok, remote_trimmed_bytes >= 0 AS remote FROM glibc_malloc_summary;

@@ -38,9 +38,9 @@ is($admin->query_safe("SELECT glibc_malloc_trim_backend($hpid)"), 't', 'the trim
 ok(wait_for(sub { rss_anon($hpid) < $before - 8 * 2**20 }, 2), 'the idle backend\'s RssAnon drops within 2 s');
 note sprintf('RssAnon %.1f MB -> %.1f MB', $before / 2**20, rss_anon($hpid) / 2**20);
 ok( wait_for(sub {
-			$admin->query_safe("SELECT free_bytes < 1048576 AND idle_releases >= 1 FROM glibc_malloc_backends WHERE pid = $hpid") eq 't';
+			$admin->query_safe("SELECT free_bytes < 1048576 AND remote_trims >= 1 AND idle_releases = 0 FROM glibc_malloc_backends WHERE pid = $hpid") eq 't';
 		}, 2),
-	'the view shows the trimmed backend');
+	'the view shows the trimmed backend, counted as a remote trim, not an idle release');
 
 # A busy backend is trimmed at its next safe point: its transaction end.
 $holder->query_safe("BEGIN; $big_sort; SELECT 1");
@@ -83,8 +83,8 @@ my $n = $admin->query_safe(q{SELECT count(*) FROM glibc_malloc_backends b
 is($n, 0, 'every row belongs to a live process');
 my $next = $node->background_psql('postgres', extra_params => [ '-U', 'bob' ]);
 my $npid = $next->query_safe('SELECT pg_backend_pid()');
-is($admin->query_safe("SELECT usename || '|' || preset || '|' || idle_releases FROM glibc_malloc_backends WHERE pid = $npid"),
-	'bob|default|0', 'the next backend starts with a fresh row');
+is($admin->query_safe("SELECT usename || '|' || preset || '|' || idle_releases || '|' || remote_trims FROM glibc_malloc_backends WHERE pid = $npid"),
+	'bob|default|0|0', 'the next backend starts with a fresh row');
 $next->quit;
 
 # Publishing at most once per stats_interval.

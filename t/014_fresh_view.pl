@@ -126,6 +126,8 @@ my ($stdout, $failed) = $ops->query('SELECT glibc_malloc_trim_idle(1048576)');
 is($ops->{stderr}, '', 'pg_monitor + pg_signal_backend calls trim_idle without error while an idle superuser session exists');
 is($stdout, '1', 'it asks exactly the one idle backend it may trim');
 ok(wait_for(sub { rss_anon($sess{idle}{pid}) < $sess{idle}{rss} - 8 * 2**20 }, 3), 'the idle backend returns its memory');
+ok(wait_for(sub { $admin->query_safe("SELECT remote_trims || '|' || idle_releases FROM glibc_malloc_backends WHERE pid = $sess{idle}{pid}") eq '1|0' }, 3),
+	'the view counts it as a remote trim, not an idle release');
 cmp_ok(rss_anon($sess{super}{pid}), '>', $sess{super}{rss} - 2**20, 'the superuser\'s idle backend is left alone');
 cmp_ok(rss_anon($sess{intx}{pid}), '>', $sess{intx}{rss} - 2**20, 'a backend idle in transaction is not trimmed');
 cmp_ok(rss_anon($sess{running}{pid}), '>', $sess{running}{rss} - 2**20, 'a backend running a query is not trimmed');
@@ -133,7 +135,7 @@ cmp_ok(rss_anon($ops_pid), '>', $ops_rss - 2**20, 'the caller is not trimmed');
 $sess{intx}{s}->query_safe('COMMIT');
 $sess{running}{s}->query_safe('SELECT 1');
 sleep 1;
-is($admin->query_safe("SELECT string_agg(pid::text, ',') FROM glibc_malloc_backends WHERE idle_releases > 0 AND pid IN ($sess{intx}{pid}, $sess{running}{pid}, $ops_pid)"),
+is($admin->query_safe("SELECT string_agg(pid::text, ',') FROM glibc_malloc_backends WHERE idle_releases + remote_trims > 0 AND pid IN ($sess{intx}{pid}, $sess{running}{pid}, $ops_pid)"),
 	'', 'nor later, at the end of their transactions');
 for my $x (values %sess) { $x->{s}->quit }
 $ops->quit;
