@@ -47,7 +47,7 @@ sub rss_around
 	return $after - $start;
 }
 
-my $big_sort = 'SELECT g FROM generate_series(1, 1000000) g ORDER BY g DESC OFFSET 1000000';
+my $big_sort = workload('big_sort');
 
 # frugal: once the query is over, RssAnon is back near its start value.
 cmp_ok(rss_around('frugal', $sort), '<', 2 * 2**20,

@@ -11,7 +11,7 @@ use Test::More;
 use Time::HiRes qw(time usleep);
 
 my $node = new_node('idle', "work_mem = '32MB'\n");
-my $big_sort = 'SELECT g FROM generate_series(1, 1000000) g ORDER BY g DESC OFFSET 1000000';
+my $big_sort = workload('big_sort');
 
 # Open a session under $preset (plus extra SETs); return it, its pid and its
 # RssAnon at connection start.

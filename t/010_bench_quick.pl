@@ -1,8 +1,11 @@
 # The benchmark's --quick mode runs end to end and writes well-formed output:
-# a JSON document with every configuration and metric, a Markdown report and
-# a PNG chart.  No timing is asserted: machines here are noisy.
+# a JSON document with every configuration and metric (bench/measure), a
+# Markdown report and a PNG chart (bench/report).  The reporting part
+# renders a committed result again, byte for byte, and prints the demo's
+# table.  No timing is asserted: machines here are noisy.
 use strict;
 use warnings;
+use File::Copy;
 use FindBin;
 use JSON::PP;
 use PostgreSQL::Test::Utils;
@@ -44,5 +47,23 @@ like($report, qr/balanced against its targets/, 'and the targets');
 open my $fh, '<:raw', $png or die;
 read $fh, my $magic, 8;
 is($magic, "\x89PNG\r\n\x1a\n", 'the chart is a PNG');
+
+# Committed results render again as they were committed.
+my $results = "$FindBin::RealBin/../bench/results";
+for my $stem (map { m{([^/]+)\.json$} } glob("$results/*.json"))
+{
+	my $copy = "$out/again-$stem";
+	mkdir $copy;
+	File::Copy::copy("$results/$stem.json", "$copy/$stem.json") or die;
+	ok(IPC::Run::run([ "$FindBin::RealBin/../bench/report", "$copy/$stem.json" ], '>', \$stdout, '2>', \$stderr),
+		"bench/report renders the committed $stem.json") or diag $stderr;
+	is(slurp_file("$copy/$stem.md"), slurp_file("$results/$stem.md"), "into the committed $stem.md");
+}
+
+# The demo's table, from the same JSON.
+ok(IPC::Run::run([ "$FindBin::RealBin/../bench/report", '--text', $json ], '>', \$stdout, '2>', \$stderr),
+	'bench/report --text runs') or diag $stderr;
+like($stdout, qr/^preset\s+seed sort TPS, median \(min-max\)/m, 'the demo table has its header');
+like($stdout, qr/^$_\s+[\d.]+ \([\d.]+-[\d.]+\)\s+[\d.]+\s+[\d.]+\s+[\d.]+ MB$/m, "and a full line for $_") for qw(greedy frugal balanced);
 
 done_testing();

@@ -10,7 +10,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 my $node = new_node('backends', "glibc_malloc.stats_interval = 0\nwork_mem = '32MB'\n");
-my $big_sort = 'SELECT g FROM generate_series(1, 1000000) g ORDER BY g DESC OFFSET 1000000';
+my $big_sort = workload('big_sort');
 $node->safe_psql('postgres', q{
 	CREATE ROLE alice LOGIN;
 	CREATE ROLE bob LOGIN;

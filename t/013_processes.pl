@@ -14,7 +14,7 @@ use Test::More;
 
 my $node = new_node('processes',
 	"autovacuum_naptime = 1\nglibc_malloc.stats_interval = 0\nwork_mem = '32MB'\nrestart_after_crash = on\n");
-my $big_sort = 'SELECT g FROM generate_series(1, 1000000) g ORDER BY g DESC OFFSET 1000000';
+my $big_sort = workload('big_sort');
 my $log_offset = 0;
 $node->safe_psql('postgres', q{
 	CREATE ROLE ops LOGIN IN ROLE pg_monitor, pg_signal_backend;

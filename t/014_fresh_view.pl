@@ -13,7 +13,7 @@ use Test::More;
 use Time::HiRes qw(usleep);
 
 my $node = new_node('fresh', "work_mem = '32MB'\nglibc_malloc.stats_interval = '3s'\n");
-my $big_sort = 'SELECT g FROM generate_series(1, 1000000) g ORDER BY g DESC OFFSET 1000000';
+my $big_sort = workload('big_sort');
 my $admin = $node->background_psql('postgres');
 sub view_of
 {

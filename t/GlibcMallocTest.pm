@@ -7,6 +7,7 @@ use strict;
 use warnings;
 
 use Exporter 'import';
+use FindBin;
 use File::Temp qw(tempfile);
 use IPC::Run;
 use PostgreSQL::Test::Cluster;
@@ -14,11 +15,21 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 
-our @EXPORT = qw(new_node seed_sort_table seed_sort glibc_params rss_anon
+our @EXPORT = qw(new_node workload seed_sort_table seed_sort glibc_params rss_anon
   count_syscalls settings_of parallel_option wait_for check_clean_server);
 
+# A workload's SQL from bench/NAME.sql (shared with the benchmark and the
+# demo), without its final semicolon.
+sub workload
+{
+	my ($name) = @_;
+	my $sql = PostgreSQL::Test::Utils::slurp_file("$FindBin::RealBin/../bench/$name.sql");
+	$sql =~ s/;?\s*$//;
+	return $sql;
+}
+
 # The seed sort workload's query.
-sub seed_sort { return 'SELECT * FROM t ORDER BY a OFFSET 100000' }
+sub seed_sort { return workload('sort') }
 
 # A node with glibc_malloc preloaded and the extension created.
 sub new_node
@@ -36,14 +47,12 @@ sub new_node
 	return $node;
 }
 
-# Create the seed table t(a int, c1 .. c32 int) with 100,000 random rows.
+# Create the seed table t(a int, c1 .. c32 int) with 100,000 random rows
+# (bench/seed.sql).
 sub seed_sort_table
 {
 	my ($node) = @_;
-	my $cols = join ', ', map { "(random() * 1e9)::int AS c$_" } 1 .. 32;
-	$node->safe_psql('postgres',
-		"CREATE TABLE t AS SELECT (random() * 1e9)::int AS a, $cols FROM generate_series(1, 100000); VACUUM ANALYZE t"
-	);
+	$node->safe_psql('postgres', workload('seed'));
 }
 
 # glibc's own malloc parameters (struct malloc_par mp_) in process $pid,

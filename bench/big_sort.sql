@@ -1,0 +1,1 @@
+SELECT g FROM generate_series(1, 1000000) g ORDER BY g DESC OFFSET 1000000;

@@ -1,0 +1,19 @@
+# Sourced by the scripts in scripts/: what they share.
+#   PGVER        the PostgreSQL major (default 15)
+#   PG_CONFIG    its pg_config, unless already set
+#   SUDO         "sudo" unless running as root
+
+PGVER=${PGVER:-15}
+export PG_CONFIG=${PG_CONFIG:-/usr/lib/postgresql/$PGVER/bin/pg_config}
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+
+#   copy_tree D [built]  copy the working tree into D: no .git, no test
+#                output, and no build output unless "built" (t/016 reads the
+#                object files)
+copy_tree() {
+  local excludes=(--exclude=.git --exclude=results --exclude=tmp_check --exclude='regression.*')
+  [ "${2:-}" = built ] || excludes+=(--exclude='*.o' --exclude='*.so')
+  mkdir -p "$1"
+  tar "${excludes[@]}" -cf - . | tar -C "$1" -xf -
+}
