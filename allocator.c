@@ -347,7 +347,10 @@ gm_release(size_t pad)
 	return before - after;
 }
 
-/* gm_release(0), counted as a release of the given kind; signal-safe. */
+/*
+ * gm_release(0), counted as a release of the given kind.  Calls malloc_trim:
+ * normal context, or the idle point (see idle.c), only.
+ */
 void
 gm_release_counted(GmReleaseKind kind)
 {

@@ -3,7 +3,9 @@
 -- complain if script is sourced in psql, rather than via ALTER EXTENSION
 \echo Use "ALTER EXTENSION glibc_malloc UPDATE TO '1.3'" to load this file. \quit
 
--- 1.3: idle releases and remote trims are counted apart.  Up to 1.2,
+-- 1.3: the kinds of memory in each backend (context_bytes, cache_bytes,
+-- outside_context_bytes, peak_executor_bytes), glibc_malloc_doctor(), and
+-- idle releases and remote trims counted apart.  Up to 1.2,
 -- idle_releases and idle_released_bytes counted both; they now count idle
 -- releases only, and remote_trims and remote_trimmed_bytes count the trims
 -- other backends asked for (glibc_malloc_trim_backend, glibc_malloc_trim_idle).
@@ -24,6 +26,9 @@ CREATE FUNCTION glibc_malloc_backends(
     OUT free_bytes bigint,
     OUT mmapped_bytes bigint,
     OUT rss_anon_bytes bigint,
+    OUT context_bytes bigint,
+    OUT cache_bytes bigint,
+    OUT peak_executor_bytes bigint,
     OUT idle_releases bigint,
     OUT idle_released_bytes bigint,
     OUT remote_trims bigint,
@@ -38,7 +43,9 @@ LANGUAGE C STRICT VOLATILE PARALLEL RESTRICTED;
 CREATE VIEW glibc_malloc_backends AS
     SELECT pid, backend_type, usesysid, pg_get_userbyid(usesysid) AS usename,
            preset, system_bytes, in_use_bytes, free_bytes, mmapped_bytes,
-           rss_anon_bytes, idle_releases, idle_released_bytes,
+           rss_anon_bytes, context_bytes, cache_bytes,
+           greatest(in_use_bytes - context_bytes, 0) AS outside_context_bytes,
+           peak_executor_bytes, idle_releases, idle_released_bytes,
            remote_trims, remote_trimmed_bytes, snapshot_at,
            clock_timestamp() - snapshot_at AS snapshot_age
     FROM glibc_malloc_backends();
@@ -56,6 +63,8 @@ CREATE VIEW glibc_malloc_summary AS
            coalesce(sum(in_use_bytes), 0)::bigint AS in_use_bytes,
            coalesce(sum(free_bytes), 0)::bigint AS free_bytes,
            coalesce(sum(rss_anon_bytes), 0)::bigint AS rss_anon_bytes,
+           coalesce(sum(context_bytes), 0)::bigint AS context_bytes,
+           coalesce(sum(cache_bytes), 0)::bigint AS cache_bytes,
            coalesce(sum(idle_released_bytes), 0)::bigint AS idle_released_bytes,
            coalesce(sum(remote_trimmed_bytes), 0)::bigint AS remote_trimmed_bytes,
            max(snapshot_age) AS oldest_snapshot_age
@@ -90,3 +99,18 @@ LANGUAGE C STRICT VOLATILE PARALLEL RESTRICTED;
 
 COMMENT ON FUNCTION glibc_malloc_stats() IS
 'glibc mallinfo2 counters and RssAnon of this backend';
+
+-- Server-wide advice: what each backend's memory is and what would free it.
+-- Follows the view's visibility rules.
+CREATE FUNCTION glibc_malloc_doctor(
+    OUT kind text,
+    OUT pid integer,
+    OUT bytes bigint,
+    OUT reason text,
+    OUT action text)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'glibc_malloc_doctor'
+LANGUAGE C STRICT VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION glibc_malloc_doctor() IS
+'Advice on the memory of every visible backend: what it is, and what would free it';

@@ -16,7 +16,10 @@
  * This file is the only place that wires lifecycle events:
  *
  *	statement start		take over the transaction-end trim if the idle
- *						point has not run yet; presets follow work_mem
+ *						point has not run yet; presets follow work_mem; the
+ *						statement log notes glibc's heap
+ *	statement end		(ExecutorEnd) the executor's memory, for the view's
+ *						peak and the statement log
  *	transaction end		note what is pending: the preset's trim, the idle
  *						release, requests from other backends, the next
  *						snapshot (in background processes, which have no
@@ -47,6 +50,7 @@ GM_MODULE_MAGIC;
 void		_PG_init(void);
 
 static ExecutorStart_hook_type prev_ExecutorStart = NULL;
+static ExecutorEnd_hook_type prev_ExecutorEnd = NULL;
 
 /*
  * The preset's after-transaction trim waits this long for the idle point:
@@ -212,10 +216,22 @@ static void
 gm_ExecutorStart(QueryDesc *queryDesc, int eflags)
 {
 	statement_start();
+	gm_doctor_statement_start(queryDesc);
 	if (prev_ExecutorStart)
 		prev_ExecutorStart(queryDesc, eflags);
 	else
 		standard_ExecutorStart(queryDesc, eflags);
+}
+
+/* Measure the executor's memory before the nodes are shut down, then chain. */
+static void
+gm_ExecutorEnd(QueryDesc *queryDesc)
+{
+	gm_doctor_statement_end(queryDesc);
+	if (prev_ExecutorEnd)
+		prev_ExecutorEnd(queryDesc);
+	else
+		standard_ExecutorEnd(queryDesc);
 }
 
 /*
@@ -267,11 +283,14 @@ _PG_init(void)
 	gm_idle_setup(idle_point, next_due);
 	gm_define_gucs(plan);
 	gm_shmem_define_gucs();
+	gm_doctor_define_gucs();
 	MarkGUCPrefixReserved("glibc_malloc");
 	if (process_shared_preload_libraries_in_progress)
 		gm_shmem_init();
 
 	prev_ExecutorStart = ExecutorStart_hook;
 	ExecutorStart_hook = gm_ExecutorStart;
+	prev_ExecutorEnd = ExecutorEnd_hook;
+	ExecutorEnd_hook = gm_ExecutorEnd;
 	RegisterXactCallback(gm_xact_callback, NULL);
 }

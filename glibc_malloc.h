@@ -20,6 +20,10 @@
  *	4. shmem.c			every process's snapshot in shared memory, the views,
  *						remote trim, and glibc_malloc.stats_interval
  *	5. stats.c			SQL functions about the calling backend
+ *	   doctor.c			what every backend's memory is and what would free it
+ *						(glibc_malloc_doctor), and the statement log
+ *						(log_min_executor_memory); beside stats.c, neither
+ *						calls the other
  *	6. glibc_malloc.c	_PG_init, the hooks, and the only place that wires
  *						lifecycle events to the layers
  *
@@ -32,6 +36,7 @@
 
 #include "glibc_malloc_compat.h"
 #include "datatype/timestamp.h"
+#include "executor/execdesc.h"
 
 /* The glibc parameters the module manages, in report order. */
 typedef enum GmParam
@@ -143,6 +148,30 @@ typedef struct GmMallinfo
 	size_t		keepcost;		/* releasable top chunk */
 } GmMallinfo;
 
+/*
+ * One process's published snapshot (shmem.c), as the views and the doctor
+ * read it.
+ */
+typedef struct GmSnapshot
+{
+	int			pid;			/* 0 = free */
+	Oid			roleid;
+	int			backend_type;	/* BackendType */
+	int			preset;
+	bool		signalable;		/* serves SIGUSR2 requests */
+	TimestampTz taken_at;		/* 0 = claimed, not published yet */
+	int64		system_bytes;
+	int64		in_use_bytes;
+	int64		free_bytes;
+	int64		mmapped_bytes;
+	int64		rss_anon_bytes;
+	int64		context_bytes;	/* all memory contexts; -1 = not measured */
+	int64		cache_bytes;	/* CacheMemoryContext's subtree; -1 = none */
+	int64		peak_executor_bytes;	/* largest executor memory since the
+										 * last publish */
+	GmReleaseCount releases[GM_NRELEASE_KINDS];
+} GmSnapshot;
+
 /* 1. allocator.c */
 extern const GmParamInfo gm_params[GM_NPARAMS];
 extern const char *const gm_source_names[];
@@ -194,5 +223,13 @@ extern bool gm_shmem_has_requests(void);
 extern void gm_shmem_serve_requests(bool at_idle);
 extern void gm_shmem_publish(TimestampTz now);
 extern int64 gm_shmem_publish_due(TimestampTz now);
+extern void gm_shmem_note_executor(int64 bytes);
+extern int	gm_shmem_snapshots(GmSnapshot **snaps);
+extern bool gm_shmem_can_see(Oid roleid);
+
+/* 5. doctor.c (stats.c has no entry points of its own but SQL functions) */
+extern void gm_doctor_define_gucs(void);
+extern void gm_doctor_statement_start(QueryDesc *queryDesc);
+extern void gm_doctor_statement_end(QueryDesc *queryDesc);
 
 #endif							/* GLIBC_MALLOC_H */

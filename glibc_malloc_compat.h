@@ -141,4 +141,13 @@ gm_init_srf(FunctionCallInfo fcinfo)
 }
 #endif
 
+/* A memory context's own counters (not its children's), for its used bytes. */
+#if PG_VERSION_NUM >= 140000
+#define GM_CONTEXT_STATS(cxt, totals) \
+	((cxt)->methods->stats((cxt), NULL, NULL, (totals), false))
+#else
+#define GM_CONTEXT_STATS(cxt, totals) \
+	((cxt)->methods->stats((cxt), NULL, NULL, (totals)))
+#endif
+
 #endif							/* GLIBC_MALLOC_COMPAT_H */

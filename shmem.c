@@ -20,11 +20,16 @@
  * failed login) and client backends without a role yet claim nothing.
  *
  * glibc_malloc_trim_backend(pid) sets the trim flag in the target's slot
- * and sends it SIGUSR2, which idle.c's handler takes.  The request is served at once at the
- * provably safe idle point; otherwise, once the target's current
- * transaction is over, at its idle point or its next statement start.  glibc_malloc_trim_idle() sets a flag that only the
- * idle point serves: a backend that got busy meanwhile drops it at its next
+ * and sends it SIGUSR2, which idle.c's handler takes.  The request is
+ * served at once at the provably safe idle point; otherwise, once the
+ * target's current transaction is over, at its idle point or its next
+ * statement start.  glibc_malloc_trim_idle() sets a flag that only the idle
+ * point serves: a backend that got busy meanwhile drops it at its next
  * transaction end.
+ *
+ * Each snapshot also holds the kinds of memory: all memory contexts, the
+ * caches (CacheMemoryContext), and the largest executor memory of one
+ * statement since the last publish (doctor.c measures it at ExecutorEnd).
  *
  *-------------------------------------------------------------------------
  */
@@ -43,6 +48,7 @@
 #include "storage/proc.h"
 #include "storage/procarray.h"
 #include "storage/shmem.h"
+#include "utils/memutils.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -54,22 +60,11 @@
 #define GM_REQ_PUBLISH	0x2		/* publish at the next safe point */
 #define GM_REQ_TRIM_IDLE 0x4	/* trim at the idle point only */
 
-/* One process's published snapshot. */
+/* One process's slot: its snapshot, and requests from other processes. */
 typedef struct GmSlot
 {
 	uint32		changecount;	/* odd while the owner writes */
-	int			pid;			/* 0 = free */
-	Oid			roleid;
-	int			backend_type;	/* BackendType */
-	int			preset;			/* GmPreset */
-	bool		signalable;		/* owner serves SIGUSR2 requests */
-	TimestampTz taken_at;
-	int64		system_bytes;
-	int64		in_use_bytes;
-	int64		free_bytes;
-	int64		mmapped_bytes;
-	int64		rss_anon_bytes;
-	GmReleaseCount releases[GM_NRELEASE_KINDS];
+	GmSnapshot	snap;
 	pg_atomic_uint32 requests;	/* GM_REQ_* from other processes */
 } GmSlot;
 
@@ -186,8 +181,8 @@ release_slot(int code, Datum arg)
 		return;
 	slot->changecount++;
 	pg_write_barrier();
-	slot->pid = 0;
-	slot->signalable = false;
+	slot->snap.pid = 0;
+	slot->snap.signalable = false;
 	pg_write_barrier();
 	slot->changecount++;
 	pg_atomic_write_u32(&slot->requests, 0);
@@ -220,12 +215,12 @@ claim_slot(void)
 	pg_atomic_write_u32(&slot->requests, 0);
 	slot->changecount++;
 	pg_write_barrier();
-	memset((char *) slot + offsetof(GmSlot, pid), 0, offsetof(GmSlot, requests) - offsetof(GmSlot, pid));
-	slot->pid = MyProcPid;
-	slot->roleid = MyProc->roleId;
-	slot->backend_type = MyBackendType;
-	slot->signalable = gm_idle_enabled();
-	slot->taken_at = 0;
+	memset(&slot->snap, 0, sizeof(slot->snap));
+	slot->snap.pid = MyProcPid;
+	slot->snap.roleid = MyProc->roleId;
+	slot->snap.backend_type = MyBackendType;
+	slot->snap.signalable = gm_idle_enabled();
+	slot->snap.taken_at = 0;
 	pg_write_barrier();
 	slot->changecount++;
 	my_slot = slot;
@@ -235,11 +230,28 @@ claim_slot(void)
 }
 
 /*
- * Write a snapshot into this process's slot.  Safe at the idle wait too
- * (mallinfo under idle.c's argument; RssAnon with open/read/close).
+ * How often the memory contexts are walked for a publish: the walk costs
+ * time proportional to the number of contexts, which a session with many
+ * relations in its relcache has thousands of.  A publish in between reuses
+ * the last totals, unless another process asked for a fresh snapshot.
  */
-void
-gm_shmem_publish(TimestampTz now)
+#define GM_CONTEXT_WALK_MS 1000
+
+static TimestampTz last_context_walk = 0;
+static int64 context_bytes = -1;
+static int64 cache_bytes = -1;
+
+/* The largest executor memory since the last publish (gm_shmem_note_executor). */
+static int64 peak_executor_bytes = 0;
+
+/*
+ * Write a snapshot into this process's slot.  Safe at the idle wait too
+ * (mallinfo under idle.c's argument; RssAnon with open/read/close; the
+ * context walk only reads the context tree, which the interrupted code is
+ * not changing).
+ */
+static void
+publish(TimestampTz now, bool fresh_contexts)
 {
 	GmSlot	   *slot = my_slot;
 	GmMallinfo	mi;
@@ -247,23 +259,49 @@ gm_shmem_publish(TimestampTz now)
 	if (slot == NULL || my_slot_pid != MyProcPid)
 		return;
 	gm_mallinfo(&mi);
+	if (fresh_contexts || last_context_walk == 0 || now < last_context_walk ||
+		now - last_context_walk >= GM_CONTEXT_WALK_MS * 1000)
+	{
+		context_bytes = TopMemoryContext ? (int64) MemoryContextMemAllocated(TopMemoryContext, true) : -1;
+		cache_bytes = CacheMemoryContext ? (int64) MemoryContextMemAllocated(CacheMemoryContext, true) : -1;
+		last_context_walk = now;
+	}
 	slot->changecount++;
 	pg_write_barrier();
-	slot->pid = MyProcPid;
-	slot->roleid = MyProc->roleId;	/* InvalidOid in the autovacuum launcher */
-	slot->backend_type = MyBackendType;
-	slot->preset = gm_current_preset();
-	slot->taken_at = now;
-	slot->system_bytes = mi.arena + mi.hblkhd;
-	slot->in_use_bytes = mi.uordblks + mi.hblkhd;
-	slot->free_bytes = mi.fordblks;
-	slot->mmapped_bytes = mi.hblkhd;
-	slot->rss_anon_bytes = gm_rss_anon();
+	slot->snap.pid = MyProcPid;
+	slot->snap.roleid = MyProc->roleId;	/* InvalidOid in the autovacuum launcher */
+	slot->snap.backend_type = MyBackendType;
+	slot->snap.preset = gm_current_preset();
+	slot->snap.taken_at = now;
+	slot->snap.system_bytes = mi.arena + mi.hblkhd;
+	slot->snap.in_use_bytes = mi.uordblks + mi.hblkhd;
+	slot->snap.free_bytes = mi.fordblks;
+	slot->snap.mmapped_bytes = mi.hblkhd;
+	slot->snap.rss_anon_bytes = gm_rss_anon();
+	slot->snap.context_bytes = context_bytes;
+	slot->snap.cache_bytes = cache_bytes;
+	slot->snap.peak_executor_bytes = peak_executor_bytes;
 	for (int k = 0; k < GM_NRELEASE_KINDS; k++)
-		slot->releases[k] = gm_releases[k];
+		slot->snap.releases[k] = gm_releases[k];
 	pg_write_barrier();
 	slot->changecount++;
 	last_publish = now;
+	peak_executor_bytes = 0;
+}
+
+/* Publish a snapshot now (the contexts walked at most every GM_CONTEXT_WALK_MS). */
+void
+gm_shmem_publish(TimestampTz now)
+{
+	publish(now, false);
+}
+
+/* At ExecutorEnd: the statement's executor memory, for peak_executor_bytes. */
+void
+gm_shmem_note_executor(int64 bytes)
+{
+	if (bytes > peak_executor_bytes)
+		peak_executor_bytes = bytes;
 }
 
 /* Whether another process asked this one for something; signal-safe. */
@@ -290,7 +328,7 @@ gm_shmem_serve_requests(bool at_idle)
 	req = pg_atomic_exchange_u32(&my_slot->requests, 0);
 	if ((req & GM_REQ_TRIM) || (at_idle && (req & GM_REQ_TRIM_IDLE)))
 		gm_release_counted(GM_RELEASE_REMOTE);
-	gm_shmem_publish(GetCurrentTimestamp());
+	publish(GetCurrentTimestamp(), true);
 }
 
 /* In how many ms a publish is due (0: now), or -1 when publishing is off; signal-safe. */
@@ -354,16 +392,16 @@ gm_shmem_active(void)
 	return shared != NULL;
 }
 
-/* Copy a slot consistently; false if it is free. */
+/* Copy a slot's snapshot consistently; false if the slot is free. */
 static bool
-read_slot(GmSlot *slot, GmSlot *copy)
+read_slot(GmSlot *slot, GmSnapshot *copy)
 {
 	for (;;)
 	{
 		uint32		before = slot->changecount;
 
 		pg_read_barrier();
-		memcpy(copy, slot, offsetof(GmSlot, requests));
+		memcpy(copy, &slot->snap, sizeof(*copy));
 		pg_read_barrier();
 		if (before == slot->changecount && (before & 1) == 0)
 			break;
@@ -373,8 +411,8 @@ read_slot(GmSlot *slot, GmSlot *copy)
 }
 
 /* pg_stat_activity's rule: own roles' rows, or pg_read_all_stats. */
-static bool
-can_see(Oid roleid)
+bool
+gm_shmem_can_see(Oid roleid)
 {
 	return has_privs_of_role(GetUserId(), roleid) ||
 		has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS);
@@ -404,7 +442,7 @@ trim_refusal(PGPROC *proc)
 static bool
 send_request(int pid, uint32 flags)
 {
-	GmSlot		s;
+	GmSnapshot	s;
 	GmSlot	   *slot = NULL;
 
 	for (int i = 0; i < shared->nslots && slot == NULL; i++)
@@ -420,7 +458,7 @@ send_request(int pid, uint32 flags)
 		return true;
 	}
 	pg_read_barrier();
-	if (slot->pid != pid)
+	if (slot->snap.pid != pid)
 		return false;
 	if (s.signalable && kill(pid, SIGUSR2) != 0)
 		return false;
@@ -433,14 +471,39 @@ PG_FUNCTION_INFO_V1(glibc_malloc_trim_backend);
 PG_FUNCTION_INFO_V1(glibc_malloc_trim_idle);
 
 /*
+ * The published snapshots the caller may see (pg_stat_activity's rule),
+ * the caller's own freshly taken; returns how many, palloc'd in *snaps.
+ * Claimed but unpublished slots (stats_interval = -1) are left out.
+ */
+int
+gm_shmem_snapshots(GmSnapshot **snaps)
+{
+	int			n = 0;
+
+	require_shared();
+	if (claim_slot())
+		publish(GetCurrentTimestamp(), true);
+	*snaps = palloc(sizeof(GmSnapshot) * shared->nslots);
+	for (int i = 0; i < shared->nslots; i++)
+	{
+		GmSnapshot *s = &(*snaps)[n];
+
+		if (read_slot(&shared->slots[i], s) && s->taken_at != 0 && gm_shmem_can_see(s->roleid))
+			n++;
+	}
+	return n;
+}
+
+/*
  * The columns of glibc_malloc_backends() by extension version, as
  * pg_stat_statements does: a database still on an older version calls its
  * own entry point, and keeps working with a newer library.
  *
  *	1.1	idle_releases and idle_released_bytes count idle releases and
  *		remote trims together
- *	1.3	they count idle releases only; remote_trims and
- *		remote_trimmed_bytes count remote trims
+ *	1.3	the kinds of memory (context_bytes, cache_bytes,
+ *		peak_executor_bytes); idle_releases and idle_released_bytes count
+ *		idle releases only, remote_trims and remote_trimmed_bytes remote trims
  */
 typedef enum GmBackendsVersion
 {
@@ -449,51 +512,45 @@ typedef enum GmBackendsVersion
 } GmBackendsVersion;
 
 #define GM_BACKENDS_COLS_V1_1	12
-#define GM_BACKENDS_COLS_V1_3	14
-#define GM_BACKENDS_COLS		14	/* the most of any version */
+#define GM_BACKENDS_COLS_V1_3	17
+#define GM_BACKENDS_COLS		17	/* the most of any version */
 
-/* Every visible slot's snapshot, with the columns of the given version. */
+/* Every visible snapshot, with the columns of the given version. */
 static void
 backends_internal(FunctionCallInfo fcinfo, GmBackendsVersion api)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	int			ncols = api == GM_BACKENDS_V1_1 ? GM_BACKENDS_COLS_V1_1 : GM_BACKENDS_COLS_V1_3;
+	GmSnapshot *snaps;
+	int			n;
 
 	require_shared();
 	gm_init_srf(fcinfo);
 	if (rsinfo->setDesc->natts != ncols)
 		elog(ERROR, "incorrect number of output arguments");
 
-	/* The caller's own row is current. */
-	if (claim_slot())
-		gm_shmem_publish(GetCurrentTimestamp());
-
-	for (int i = 0; i < shared->nslots; i++)
+	n = gm_shmem_snapshots(&snaps);
+	for (int i = 0; i < n; i++)
 	{
-		GmSlot		s;
+		const GmSnapshot *s = &snaps[i];
+		const GmReleaseCount *idle = &s->releases[GM_RELEASE_IDLE];
+		const GmReleaseCount *remote = &s->releases[GM_RELEASE_REMOTE];
 		Datum		values[GM_BACKENDS_COLS];
 		bool		nulls[GM_BACKENDS_COLS] = {0};
-		const GmReleaseCount *idle,
-				   *remote;
 		int			j = 0;
 
-		/* Claimed but not published yet (stats_interval = -1): no row. */
-		if (!read_slot(&shared->slots[i], &s) || s.taken_at == 0 || !can_see(s.roleid))
-			continue;
-		idle = &s.releases[GM_RELEASE_IDLE];
-		remote = &s.releases[GM_RELEASE_REMOTE];
-		values[j++] = Int32GetDatum(s.pid);
-		values[j++] = CStringGetTextDatum(GetBackendTypeDesc(s.backend_type));
+		values[j++] = Int32GetDatum(s->pid);
+		values[j++] = CStringGetTextDatum(GetBackendTypeDesc(s->backend_type));
 		/* No role (the autovacuum launcher): NULL, as in pg_stat_activity. */
-		values[j] = ObjectIdGetDatum(s.roleid);
-		nulls[j++] = !OidIsValid(s.roleid);
-		values[j++] = CStringGetTextDatum(gm_preset_name(s.preset));
-		values[j++] = Int64GetDatum(s.system_bytes);
-		values[j++] = Int64GetDatum(s.in_use_bytes);
-		values[j++] = Int64GetDatum(s.free_bytes);
-		values[j++] = Int64GetDatum(s.mmapped_bytes);
-		values[j] = Int64GetDatum(s.rss_anon_bytes);
-		nulls[j++] = s.rss_anon_bytes < 0;
+		values[j] = ObjectIdGetDatum(s->roleid);
+		nulls[j++] = !OidIsValid(s->roleid);
+		values[j++] = CStringGetTextDatum(gm_preset_name(s->preset));
+		values[j++] = Int64GetDatum(s->system_bytes);
+		values[j++] = Int64GetDatum(s->in_use_bytes);
+		values[j++] = Int64GetDatum(s->free_bytes);
+		values[j++] = Int64GetDatum(s->mmapped_bytes);
+		values[j] = Int64GetDatum(s->rss_anon_bytes);
+		nulls[j++] = s->rss_anon_bytes < 0;
 		if (api == GM_BACKENDS_V1_1)
 		{
 			values[j++] = Int64GetDatum(idle->count + remote->count);
@@ -501,12 +558,17 @@ backends_internal(FunctionCallInfo fcinfo, GmBackendsVersion api)
 		}
 		else
 		{
+			values[j] = Int64GetDatum(s->context_bytes);
+			nulls[j++] = s->context_bytes < 0;
+			values[j] = Int64GetDatum(s->cache_bytes);
+			nulls[j++] = s->cache_bytes < 0;
+			values[j++] = Int64GetDatum(s->peak_executor_bytes);
 			values[j++] = Int64GetDatum(idle->count);
 			values[j++] = Int64GetDatum(idle->bytes);
 			values[j++] = Int64GetDatum(remote->count);
 			values[j++] = Int64GetDatum(remote->bytes);
 		}
-		values[j++] = TimestampTzGetDatum(s.taken_at);
+		values[j++] = TimestampTzGetDatum(s->taken_at);
 		Assert(j == ncols);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
@@ -623,7 +685,7 @@ glibc_malloc_trim_idle(PG_FUNCTION_ARGS)
 	targets = palloc(sizeof(int) * shared->nslots);
 	for (int i = 0; i < shared->nslots; i++)
 	{
-		GmSlot		s;
+		GmSnapshot	s;
 		PGPROC	   *proc;
 
 		if (!read_slot(&shared->slots[i], &s) || s.pid == MyProcPid || !s.signalable ||

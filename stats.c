@@ -106,12 +106,18 @@ glibc_malloc_settings(PG_FUNCTION_ARGS)
  * 1.3 they count idle releases only, and remote_trims and
  * remote_trimmed_bytes follow.
  */
+typedef enum GmStatsVersion
+{
+	GM_STATS_V1_0,
+	GM_STATS_V1_3
+} GmStatsVersion;
+
 #define GM_STATS_COLS_V1_0	13
 #define GM_STATS_COLS_V1_3	15
 
 /* mallinfo2 fields, RssAnon, the allocator and the release counters. */
 static Datum
-stats_internal(FunctionCallInfo fcinfo, bool v1_3)
+stats_internal(FunctionCallInfo fcinfo, GmStatsVersion api)
 {
 	TupleDesc	tupdesc;
 	GmMallinfo	mi;
@@ -125,7 +131,7 @@ stats_internal(FunctionCallInfo fcinfo, bool v1_3)
 
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
-	if (tupdesc->natts != (v1_3 ? GM_STATS_COLS_V1_3 : GM_STATS_COLS_V1_0))
+	if (tupdesc->natts != (api == GM_STATS_V1_3 ? GM_STATS_COLS_V1_3 : GM_STATS_COLS_V1_0))
 		elog(ERROR, "incorrect number of output arguments");
 
 	gm_mallinfo(&mi);
@@ -144,7 +150,7 @@ stats_internal(FunctionCallInfo fcinfo, bool v1_3)
 	values[i++] = Int64GetDatum((int64) mi.keepcost);	/* releasable_top_bytes */
 	values[i] = Int64GetDatum(rss);
 	nulls[i++] = rss < 0;
-	if (v1_3)
+	if (api == GM_STATS_V1_3)
 	{
 		values[i++] = Int64GetDatum(idle.count);
 		values[i++] = Int64GetDatum(idle.bytes);
@@ -165,14 +171,14 @@ stats_internal(FunctionCallInfo fcinfo, bool v1_3)
 Datum
 glibc_malloc_stats(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_DATUM(stats_internal(fcinfo, false));
+	PG_RETURN_DATUM(stats_internal(fcinfo, GM_STATS_V1_0));
 }
 
 /* glibc_malloc_stats(), extension version 1.3. */
 Datum
 glibc_malloc_stats_1_3(PG_FUNCTION_ARGS)
 {
-	PG_RETURN_DATUM(stats_internal(fcinfo, true));
+	PG_RETURN_DATUM(stats_internal(fcinfo, GM_STATS_V1_3));
 }
 
 /* glibc_malloc_info(): glibc's malloc_info() XML for this backend. */

@@ -12,7 +12,7 @@ SUDO=""
 #                output, and no build output unless "built" (t/016 reads the
 #                object files)
 copy_tree() {
-  local excludes=(--exclude=.git --exclude=results --exclude=tmp_check --exclude='regression.*')
+  local excludes=(--exclude=./.git --exclude=./results --exclude=./tmp_check --exclude='./regression.*')
   [ "${2:-}" = built ] || excludes+=(--exclude='*.o' --exclude='*.so')
   mkdir -p "$1"
   tar "${excludes[@]}" -cf - . | tar -C "$1" -xf -

@@ -28,3 +28,11 @@ SELECT idle_releases = 0 AS no_idle_release, remote_trims >= 1 AS counted FROM g
 -- Not a backend.
 SELECT glibc_malloc_trim_backend(1);
 SELECT glibc_malloc_trim_idle(0) >= 0 AS ran;
+
+-- The kinds of memory: contexts and caches are measured, and add up.
+SELECT context_bytes > 0 AS contexts, cache_bytes > 0 AS caches,
+       cache_bytes <= context_bytes AS caches_in_contexts,
+       outside_context_bytes >= 0 AS outside,
+       outside_context_bytes = greatest(in_use_bytes - context_bytes, 0) AS outside_is_the_rest
+FROM glibc_malloc_backends WHERE pid = pg_backend_pid();
+SELECT count(*) >= 0 AS doctor_runs FROM glibc_malloc_doctor();

@@ -12,6 +12,7 @@ SET glibc_malloc.preset = greedy;
 SHOW glibc_malloc.preset;
 SET glibc_malloc.top_pad = '1GB';
 SET glibc_malloc.max_trim_threshold = '1GB';
+SET glibc_malloc.log_min_executor_memory = '1MB';
 SHOW glibc_malloc.top_pad;
 -- The per-backend reports are open to all; the diagnostic is not.
 SELECT count(*) > 0 AS can_read FROM glibc_malloc_settings();

@@ -36,7 +36,7 @@ for my $key (qw(glibc module greedy frugal balanced tunables jemalloc tcmalloc))
 	cmp_ok($c{$key}{fleet_rss_total} // 0, '>', 0, "$key: fleet RssAnon");
 	ok(defined $c{$key}{syscalls_per_query}, "$key: syscalls per query");
 }
-cmp_ok($c{$_}{select_tps}{median} // 0, '>', 0, "$_: pgbench -S median") for qw(glibc module greedy frugal balanced publish0);
+cmp_ok($c{$_}{select_tps}{median} // 0, '>', 0, "$_: pgbench -S median") for qw(glibc module greedy frugal balanced publish0 stmtlog);
 is($c{glibc}{sort_tps}{ratio}, 1, 'ratios are against glibc defaults');
 is(scalar @{ $r->{targets} }, 6, 'balanced and publishing are checked against their six targets');
 cmp_ok($r->{trim_floor} // 0, '>', 0, 'the malloc_trim floor is measured');
@@ -50,7 +50,9 @@ is($magic, "\x89PNG\r\n\x1a\n", 'the chart is a PNG');
 
 # Committed results render again as they were committed.
 my $results = "$FindBin::RealBin/../bench/results";
-for my $stem (map { m{([^/]+)\.json$} } glob("$results/*.json"))
+my @stems = map { m{([^/]+)\.json$} } glob("$results/*.json");
+cmp_ok(scalar @stems, '>=', 4, 'the committed results are here to render');
+for my $stem (@stems)
 {
 	my $copy = "$out/again-$stem";
 	mkdir $copy;

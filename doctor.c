@@ -1,0 +1,385 @@
+/*-------------------------------------------------------------------------
+ *
+ * doctor.c
+ *		What each backend's memory is and what would free it
+ *		(glibc_malloc_doctor), and the statements that bloat it
+ *		(glibc_malloc.log_min_executor_memory).
+ *
+ * The doctor reads the published snapshots (shmem.c) and applies the rules
+ * of doctor_rules[], each a kind of memory with the bytes a backend must
+ * hold of it before it is worth a row, the reason and the action.  It
+ * follows the view's visibility rules: a caller is told only about the
+ * backends it may see in glibc_malloc_backends.
+ *
+ * The statement log measures the executor's memory at ExecutorEnd, before
+ * the nodes are shut down, over the query's memory context tree: the
+ * blocks allocated (MemoryContextMemAllocated, cheap: one read per
+ * context), which the threshold and the view's peak_executor_bytes use, and,
+ * for a statement that is logged, the bytes in use in those blocks, which is
+ * what sorts report in EXPLAIN ANALYZE.  It logs in the style of
+ * auto_explain.
+ *
+ * Calls allocator.c, settings.c and shmem.c.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "executor/executor.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "nodes/params.h"
+#include "utils/backend_status.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+
+#include "glibc_malloc.h"
+
+#define MB ((int64) 1024 * 1024)
+
+/* How one kind of memory is found in a snapshot and what frees it. */
+typedef struct GmDoctorRule
+{
+	const char *kind;
+	int64		min_bytes;		/* a backend holding less is not listed */
+	int64		(*bytes) (const GmSnapshot *s);
+	const char *reason;			/* after "backend PID (TYPE, role ROLE, preset P) " */
+	const char *action;			/* %d: the pid */
+} GmDoctorRule;
+
+/*
+ * Free heap glibc keeps and that is still resident: what a trim returns.
+ * glibc goes on counting pages a trim gave back as free, so free_bytes
+ * alone would list a backend again right after its trim; RssAnon minus the
+ * bytes in use bounds what is resident.
+ */
+static int64
+free_heap(const GmSnapshot *s)
+{
+	if (s->rss_anon_bytes < 0)
+		return s->free_bytes;
+	return Min(s->free_bytes, Max(s->rss_anon_bytes - s->in_use_bytes, 0));
+}
+
+/* PostgreSQL's caches (relcache, catcache, plan caches): only a reconnect returns them. */
+static int64
+caches(const GmSnapshot *s)
+{
+	return s->cache_bytes;
+}
+
+/* Malloc memory in use outside PostgreSQL's memory contexts: JIT, OpenSSL, libraries. */
+static int64
+outside_contexts(const GmSnapshot *s)
+{
+	return s->context_bytes < 0 ? -1 : s->in_use_bytes - s->context_bytes;
+}
+
+/*
+ * The rules, one row per kind of memory.  The thresholds are set well above
+ * what a fresh backend holds (under 1 MB free heap, about 1 MB of caches,
+ * about 1 MB outside contexts on PostgreSQL 15 and glibc 2.36) and below
+ * what the trouble they point at costs: a greedy backend after a 32 MB sort
+ * keeps 10 to 40 MB free; a session that touched a few thousand relations
+ * holds tens of MB of caches; LLVM's JIT adds about 10 MB or more.
+ */
+static const GmDoctorRule doctor_rules[] = {
+	{"free_heap", 4 * MB, free_heap,
+		"holds %s of free heap that glibc keeps for reuse, resident",
+	"SELECT glibc_malloc_trim_backend(%d) returns it now; glibc_malloc.preset = 'balanced' returns it after 1 s idle"},
+	{"caches", 8 * MB, caches,
+		"holds %s in PostgreSQL's caches (relcache, catcache, plan caches)",
+	"only a new connection returns it: reconnect, or let the pooler recycle server connections (PgBouncer: server_lifetime); a trim does not help"},
+	{"outside_contexts", 16 * MB, outside_contexts,
+		"holds %s of malloc memory outside PostgreSQL's memory contexts (JIT code, OpenSSL, other libraries)",
+	"only a new connection returns it; if backend %d ran JIT-compiled queries, jit = off or a higher jit_above_cost avoids it; a trim does not help"},
+};
+
+/* Idle backends holding at least this much free heap are summed in one row. */
+#define GM_DOCTOR_IDLE_MIN_FREE (1 * MB)
+
+/* GUC glibc_malloc.log_min_executor_memory, in kB; -1 = off. */
+static int	log_min_executor_memory = -1;
+
+/*
+ * glibc's heap and mmapped bytes at ExecutorStart, by QueryDesc, while the
+ * statement log is on.  Executors nest (functions, triggers); a statement
+ * ended by an error never reaches ExecutorEnd, so its entry is simply
+ * overwritten, oldest first.
+ */
+#define GM_STATEMENT_SLOTS 16
+typedef struct GmStatementStart
+{
+	QueryDesc  *query;
+	int64		heap_bytes;
+	int64		mmapped_bytes;
+} GmStatementStart;
+static GmStatementStart statement_starts[GM_STATEMENT_SLOTS];
+static int	next_statement_slot = 0;
+
+/*
+ * The bytes in use in a memory context tree: its blocks minus their free
+ * space, as tuplesort and hash tables count their own memory (EXPLAIN
+ * ANALYZE's figures), not the blocks allocated for it.  Walks every free
+ * list of every context in the tree: for one statement's tree, cheap.
+ */
+static int64
+context_used(MemoryContext cxt)
+{
+	MemoryContextCounters c;
+	int64		used;
+
+	memset(&c, 0, sizeof(c));
+	GM_CONTEXT_STATS(cxt, &c);
+	used = (int64) c.totalspace - (int64) c.freespace;
+	for (MemoryContext child = cxt->firstchild; child != NULL; child = child->nextchild)
+		used += context_used(child);
+	return used;
+}
+
+/* "41 MB", "1.2 GB": bytes as the doctor's reasons print them. */
+static char *
+pretty_bytes(int64 bytes)
+{
+	if (bytes >= 10 * 1024 * MB)
+		return psprintf(INT64_FORMAT " GB", bytes / (1024 * MB));
+	if (bytes >= 1024 * MB)
+		return psprintf("%.1f GB", (double) bytes / (1024 * MB));
+	if (bytes >= MB)
+		return psprintf(INT64_FORMAT " MB", (bytes + MB / 2) / MB);
+	return psprintf(INT64_FORMAT " kB", (bytes + 512) / 1024);
+}
+
+/* "backend 4711 (client backend, role alice, preset greedy)". */
+static char *
+describe(const GmSnapshot *s)
+{
+	const char *role = OidIsValid(s->roleid) ? GetUserNameFromId(s->roleid, true) : NULL;
+
+	return psprintf("backend %d (%s%s%s, preset %s)", s->pid, GetBackendTypeDesc(s->backend_type),
+					role ? ", role " : "", role ? role : "", gm_preset_name(s->preset));
+}
+
+/* Add one row of advice. */
+static void
+doctor_row(ReturnSetInfo *rsinfo, const char *kind, int pid, int64 bytes,
+		   const char *reason, const char *action)
+{
+	Datum		values[5];
+	bool		nulls[5] = {0};
+
+	values[0] = CStringGetTextDatum(kind);
+	values[1] = Int32GetDatum(pid);
+	nulls[1] = pid == 0;
+	values[2] = Int64GetDatum(bytes);
+	nulls[2] = bytes < 0;
+	values[3] = CStringGetTextDatum(reason);
+	values[4] = CStringGetTextDatum(action);
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+}
+
+/* qsort: pids ascending. */
+static int
+cmp_int(const void *a, const void *b)
+{
+	int			x = *(const int *) a;
+	int			y = *(const int *) b;
+
+	return (x > y) - (x < y);
+}
+
+PG_FUNCTION_INFO_V1(glibc_malloc_doctor);
+
+/*
+ * glibc_malloc_doctor(): advice as rows (kind, pid, bytes, reason, action):
+ * first what holds for every backend (the environment, the allocator), then
+ * the idle backends' free heap together, then one row per backend and kind
+ * of memory above its rule's threshold, largest first within a kind.
+ */
+Datum
+glibc_malloc_doctor(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	GmSnapshot *snaps;
+	int			n;
+	GmSource	frozen_by;
+	int		   *idle;
+	int			nidle = 0;
+	int			nbackends;
+	int			idle_count = 0;
+	int64		idle_free = 0;
+
+	gm_init_srf(fcinfo);
+
+	/* Inherited from the postmaster: the same in every backend. */
+	if (!gm_malloc_is_glibc)
+		doctor_row(rsinfo, "allocator", 0, -1,
+				   psprintf("malloc is provided by %s, not by glibc: glibc_malloc's presets and trims do nothing", gm_allocator),
+				   "remove the LD_PRELOAD of the server, or tune that allocator by its own means");
+	else if (!gm_dynamic_active(&frozen_by) && frozen_by == GM_SRC_ENVIRONMENT)
+		doctor_row(rsinfo, "environment", 0, -1,
+				   "GLIBC_TUNABLES or MALLOC_*_ in the server's environment freeze glibc's dynamic thresholds in every backend, for the life of the process",
+				   "remove them from the server's environment and use glibc_malloc.preset, which can be set per role, database and session");
+
+	n = gm_shmem_snapshots(&snaps);
+
+	/* Idle backends, from the same snapshot as pg_stat_activity. */
+	nbackends = pgstat_fetch_stat_numbackends();
+	idle = palloc(sizeof(int) * Max(nbackends, 1));
+	for (int i = 1; i <= nbackends; i++)
+	{
+		LocalPgBackendStatus *local = gm_local_beentry(i);
+
+		if (local != NULL && local->backendStatus.st_state == STATE_IDLE)
+			idle[nidle++] = local->backendStatus.st_procpid;
+	}
+	qsort(idle, nidle, sizeof(int), cmp_int);
+	for (int i = 0; i < n; i++)
+	{
+		if (free_heap(&snaps[i]) >= GM_DOCTOR_IDLE_MIN_FREE && snaps[i].pid != MyProcPid &&
+			bsearch(&snaps[i].pid, idle, nidle, sizeof(int), cmp_int) != NULL)
+		{
+			idle_count++;
+			idle_free += free_heap(&snaps[i]);
+		}
+	}
+	if (idle_free >= doctor_rules[0].min_bytes)
+		doctor_row(rsinfo, "idle_free_heap", 0, idle_free,
+				   psprintf("%d idle backend%s hold%s %s of free heap", idle_count,
+							idle_count == 1 ? "" : "s", idle_count == 1 ? "s" : "", pretty_bytes(idle_free)),
+				   "SELECT glibc_malloc_trim_idle() returns it now; glibc_malloc.preset = 'balanced' returns it after 1 s idle");
+
+	for (int r = 0; r < lengthof(doctor_rules); r++)
+	{
+		const GmDoctorRule *rule = &doctor_rules[r];
+
+		/* Largest first: repeated selection, n is at most MaxBackends. */
+		for (int64 ceiling = PG_INT64_MAX;;)
+		{
+			int			best = -1;
+			int64		best_bytes = -1;
+
+			for (int i = 0; i < n; i++)
+			{
+				int64		b = rule->bytes(&snaps[i]);
+
+				if (b >= rule->min_bytes && b < ceiling && b > best_bytes)
+				{
+					best = i;
+					best_bytes = b;
+				}
+			}
+			if (best < 0)
+				break;
+			doctor_row(rsinfo, rule->kind, snaps[best].pid, best_bytes,
+					   psprintf("%s %s", describe(&snaps[best]), psprintf(rule->reason, pretty_bytes(best_bytes))),
+					   psprintf(rule->action, snaps[best].pid));
+			ceiling = best_bytes;
+		}
+	}
+	return (Datum) 0;
+}
+
+/* Define glibc_malloc.log_min_executor_memory; from _PG_init. */
+void
+gm_doctor_define_gucs(void)
+{
+	/* SUSET, as auto_explain.log_min_duration: it writes to the server log. */
+	DefineCustomIntVariable("glibc_malloc.log_min_executor_memory",
+							"Logs each statement whose executor memory reached this much (-1: off).",
+							"Measured at ExecutorEnd over the query's memory contexts; logged with the heap and mmapped bytes glibc gained across the statement, the preset and the query text.",
+							&log_min_executor_memory,
+							-1, -1, INT_MAX,
+							PGC_SUSET,
+							GUC_UNIT_KB,
+							NULL, NULL, NULL);
+}
+
+/* ExecutorStart: while the statement log is on, note glibc's heap and mmapped bytes. */
+void
+gm_doctor_statement_start(QueryDesc *queryDesc)
+{
+	GmMallinfo	mi;
+	GmStatementStart *slot = NULL;
+
+	if (log_min_executor_memory < 0)
+		return;
+	for (int i = 0; i < GM_STATEMENT_SLOTS && slot == NULL; i++)
+		if (statement_starts[i].query == queryDesc)
+			slot = &statement_starts[i];
+	if (slot == NULL)
+	{
+		slot = &statement_starts[next_statement_slot];
+		next_statement_slot = (next_statement_slot + 1) % GM_STATEMENT_SLOTS;
+	}
+	gm_mallinfo(&mi);
+	slot->query = queryDesc;
+	slot->heap_bytes = mi.arena;
+	slot->mmapped_bytes = mi.hblkhd;
+}
+
+/*
+ * ExecutorEnd, before the nodes are shut down: the statement's executor
+ * memory, for the view's peak and, when it reached the threshold, the log.
+ */
+void
+gm_doctor_statement_end(QueryDesc *queryDesc)
+{
+	int64		bytes;
+	GmStatementStart *start = NULL;
+	GmMallinfo	mi;
+	char	   *params = NULL;
+	StringInfoData delta;
+
+	if (queryDesc->estate == NULL || (log_min_executor_memory < 0 && !gm_shmem_active()))
+		return;
+	bytes = (int64) MemoryContextMemAllocated(queryDesc->estate->es_query_cxt, true);
+	gm_shmem_note_executor(bytes);
+	if (log_min_executor_memory < 0)
+		return;
+
+	for (int i = 0; i < GM_STATEMENT_SLOTS; i++)
+		if (statement_starts[i].query == queryDesc)
+		{
+			start = &statement_starts[i];
+			break;
+		}
+	if (bytes < (int64) log_min_executor_memory * 1024)
+	{
+		if (start)
+			start->query = NULL;
+		return;
+	}
+
+	initStringInfo(&delta);
+	gm_mallinfo(&mi);
+	if (start)
+		appendStringInfo(&delta, "heap %+" INT64_MODIFIER "d kB, mmapped %+" INT64_MODIFIER "d kB across the statement",
+						 ((int64) mi.arena - start->heap_bytes) / 1024,
+						 ((int64) mi.hblkhd - start->mmapped_bytes) / 1024);
+	else
+		appendStringInfoString(&delta, "heap and mmapped change unknown (the statement started before the log was on)");
+	if (start)
+		start->query = NULL;
+
+	/* Bind parameters, as log_parameter_max_length says. */
+	if (queryDesc->params && queryDesc->params->numParams > 0 &&
+		queryDesc->params->paramFetch == NULL && log_parameter_max_length != 0)
+		params = BuildParamLogString(queryDesc->params, NULL, log_parameter_max_length);
+
+	appendStringInfo(&delta, "; heap now " INT64_FORMAT " kB, mmapped now " INT64_FORMAT " kB; preset %s. Query: %s",
+					 (int64) mi.arena / 1024, (int64) mi.hblkhd / 1024,
+					 gm_preset_name(gm_current_preset()),
+					 queryDesc->sourceText ? queryDesc->sourceText : "");
+	if (params)
+		appendStringInfo(&delta, " Parameters: %s", params);
+
+	ereport(LOG,
+			(errmsg("glibc_malloc: statement used " INT64_FORMAT " kB of executor memory, " INT64_FORMAT " kB allocated",
+					context_used(queryDesc->estate->es_query_cxt) / 1024, bytes / 1024),
+			 errdetail_internal("log_min_executor_memory is %d kB; glibc %s", log_min_executor_memory, delta.data),
+			 errhidestmt(true)));
+}

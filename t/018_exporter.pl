@@ -1,0 +1,85 @@
+# The shipped queries file for prometheus-postgres-exporter: the real
+# exporter, on loopback, against a throwaway cluster, scraped over HTTP; the
+# glibc_malloc metrics are there, with the values of the view.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use GlibcMallocTest;
+use HTTP::Tiny;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $exporter = '/usr/bin/prometheus-postgres-exporter';
+plan skip_all => 'prometheus-postgres-exporter is not installed (scripts/deps installs it)' unless -x $exporter;
+
+my $node = new_node('exporter', "glibc_malloc.stats_interval = 0\n");
+$node->safe_psql('postgres', q{
+	CREATE ROLE alice LOGIN;
+	CREATE ROLE exporter LOGIN IN ROLE pg_monitor;
+	GRANT USAGE ON SCHEMA public TO exporter;
+});
+
+# One idle backend of alice's, greedy after a big sort: it keeps free heap.
+my $a = $node->background_psql('postgres', extra_params => [ '-U', 'alice' ]);
+my $apid = $a->query_safe("SET glibc_malloc.preset = 'greedy'; " . workload('big_sort') . '; SELECT pg_backend_pid()');
+my $admin = $node->background_psql('postgres');
+my %view;
+ok( wait_for(sub {
+			my $r = $admin->query_safe("SELECT free_bytes || '|' || rss_anon_bytes || '|' || cache_bytes FROM glibc_malloc_backends WHERE pid = $apid AND snapshot_age > interval '0.3 s'");
+			@view{qw(free rss cache)} = split /\|/, $r;
+			$r ne '';
+		}, 5),
+	'alice\'s backend has published and is idle');
+
+# The exporter, as the monitoring role.
+my $port = PostgreSQL::Test::Cluster::get_free_port();
+my $queries = "$FindBin::RealBin/../tools/glibc_malloc_exporter.yaml";
+local $ENV{DATA_SOURCE_NAME} = sprintf('host=%s port=%d user=exporter dbname=postgres sslmode=disable', $node->host, $node->port);
+my ($out, $err) = ('', '');
+my $h = IPC::Run::start([ $exporter, "--web.listen-address=127.0.0.1:$port", "--extend.query-path=$queries",
+	'--disable-settings-metrics' ], '>', \$out, '2>', \$err);
+
+my $metrics = '';
+my $http = HTTP::Tiny->new(timeout => 5);
+ok( wait_for(sub {
+			my $res = $http->get("http://127.0.0.1:$port/metrics");
+			$metrics = $res->{success} ? $res->{content} : '';
+			$metrics =~ /^glibc_malloc_backends_free_bytes\{[^}]*usename="alice"/m;
+		}, 15),
+	'the exporter serves glibc_malloc metrics on /metrics') or diag $err;
+
+# The value of one series, by name and labels.
+sub metric
+{
+	my ($name, %labels) = @_;
+	for my $line (split /\n/, $metrics)
+	{
+		next unless $line =~ /^\Q$name\E(?:\{([^}]*)\})?\s+(\S+)$/;
+		my ($l, $v) = ($1 // '', $2);
+		next if grep { $l !~ /\b\Q$_\E="\Q$labels{$_}\E"/ } keys %labels;
+		return $v + 0;
+	}
+	return undef;
+}
+
+my %alice = (backend_type => 'client backend', usename => 'alice');
+is(metric('glibc_malloc_backends_backends', %alice), 1, 'one client backend of alice\'s');
+is(metric('glibc_malloc_backends_free_bytes', %alice), $view{free}, 'its free_bytes as in the view');
+is(metric('glibc_malloc_backends_rss_anon_bytes', %alice), $view{rss}, 'its rss_anon_bytes as in the view');
+is(metric('glibc_malloc_backends_cache_bytes', %alice), $view{cache}, 'its cache_bytes as in the view');
+cmp_ok($view{free}, '>', 2**20, 'and those are real figures: the greedy backend keeps free heap');
+for my $m (qw(backends system_bytes in_use_bytes free_bytes rss_anon_bytes context_bytes cache_bytes idle_released_bytes remote_trimmed_bytes))
+{
+	my $v = metric("glibc_malloc_summary_$m");
+	ok(defined $v && $v >= 0, "glibc_malloc_summary_$m is exported");
+}
+cmp_ok(metric('glibc_malloc_summary_free_bytes'), '>=', $view{free}, 'the summary includes alice\'s free heap');
+cmp_ok(metric('glibc_malloc_summary_backends'), '>=', 3, 'and counts the backends the monitoring role sees (pg_monitor)');
+unlike($err, qr/level=error/, 'the exporter logged no error') or diag $err;
+
+$h->kill_kill;
+$a->quit;
+$admin->quit;
+done_testing();
