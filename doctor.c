@@ -31,7 +31,6 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "nodes/params.h"
-#include "utils/backend_status.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
@@ -357,9 +356,9 @@ gm_doctor_statement_end(QueryDesc *queryDesc)
 	initStringInfo(&delta);
 	gm_mallinfo(&mi);
 	if (start)
-		appendStringInfo(&delta, "heap %+" INT64_MODIFIER "d kB, mmapped %+" INT64_MODIFIER "d kB across the statement",
-						 ((int64) mi.arena - start->heap_bytes) / 1024,
-						 ((int64) mi.hblkhd - start->mmapped_bytes) / 1024);
+		appendStringInfo(&delta, "heap %+lld kB, mmapped %+lld kB across the statement",
+						 (long long) (((int64) mi.arena - start->heap_bytes) / 1024),
+						 (long long) (((int64) mi.hblkhd - start->mmapped_bytes) / 1024));
 	else
 		appendStringInfoString(&delta, "heap and mmapped change unknown (the statement started before the log was on)");
 	if (start)
