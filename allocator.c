@@ -92,6 +92,14 @@ bool		gm_glibc_has_fastbins = true;
 const char *gm_env_hugetlb = NULL;
 
 /*
+ * Resident anonymous memory that is not malloc's (the stack, data pages,
+ * LLVM's relocated data), as measured right after the last release; 0
+ * before the first.  The doctor subtracts it from RssAnon to estimate how
+ * much free heap is resident: glibc goes on counting trimmed pages as free.
+ */
+int64		gm_anon_outside_malloc = 0;
+
+/*
  * Releases by kind.  Written in normal context or at the idle point, which
  * runs only while normal code waits for the client, so never concurrently.
  */
@@ -342,6 +350,14 @@ gm_release(size_t pad)
 	malloc_trim(pad);
 #endif
 	after = gm_rss_anon();
+	if (after >= 0)
+	{
+		GmMallinfo	mi;
+
+		/* Right after a trim, little of what is resident is free heap. */
+		gm_mallinfo(&mi);
+		gm_anon_outside_malloc = Max(after - (int64) (mi.uordblks + mi.hblkhd), 0);
+	}
 	if (before < 0 || after < 0 || after > before)
 		return 0;
 	return before - after;

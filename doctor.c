@@ -25,6 +25,7 @@
  */
 #include "postgres.h"
 
+#include "access/parallel.h"
 #include "access/xact.h"
 #include "executor/executor.h"
 #include "fmgr.h"
@@ -52,15 +53,17 @@ typedef struct GmDoctorRule
 /*
  * Free heap glibc keeps and that is still resident: what a trim returns.
  * glibc goes on counting pages a trim gave back as free, so free_bytes
- * alone would list a backend again right after its trim; RssAnon minus the
- * bytes in use bounds what is resident.
+ * alone would list a backend again right after its trim.  What is resident
+ * is bounded by RssAnon minus the bytes in use minus the anonymous memory
+ * that is not malloc's (measured at the backend's last release).
  */
 static int64
 free_heap(const GmSnapshot *s)
 {
 	if (s->rss_anon_bytes < 0)
 		return s->free_bytes;
-	return Min(s->free_bytes, Max(s->rss_anon_bytes - s->in_use_bytes, 0));
+	return Min(s->free_bytes,
+			   Max(s->rss_anon_bytes - s->in_use_bytes - s->anon_outside_malloc_bytes, 0));
 }
 
 /* PostgreSQL's caches (relcache, catcache, plan caches): only a reconnect returns them. */
@@ -74,7 +77,7 @@ caches(const GmSnapshot *s)
 static int64
 outside_contexts(const GmSnapshot *s)
 {
-	return s->context_bytes < 0 ? -1 : s->in_use_bytes - s->context_bytes;
+	return s->outside_context_bytes;
 }
 
 /*
@@ -87,14 +90,14 @@ outside_contexts(const GmSnapshot *s)
  */
 static const GmDoctorRule doctor_rules[] = {
 	{"free_heap", 4 * MB, free_heap,
-		"holds %s of free heap that glibc keeps for reuse, resident",
-	"SELECT glibc_malloc_trim_backend(%d) returns it now; glibc_malloc.preset = 'balanced' returns it after 1 s idle"},
+		"holds %s of resident free heap that glibc keeps for reuse",
+	"SELECT glibc_malloc_trim_backend(%d) returns it (at once if the backend is idle, else after its transaction; needs the privileges of its role or of pg_signal_backend); glibc_malloc.preset = 'balanced' returns it once idle for glibc_malloc.idle_release_delay (1 s)"},
 	{"caches", 8 * MB, caches,
 		"holds %s in PostgreSQL's caches (relcache, catcache, plan caches)",
-	"only a new connection returns it: reconnect, or let the pooler recycle server connections (PgBouncer: server_lifetime); a trim does not help"},
+	"a trim does not help: only a new connection returns the relcache and catcache (reconnect, or let the pooler recycle server connections, PgBouncer: server_lifetime); DISCARD PLANS or DISCARD ALL drop backend %d's cached plans"},
 	{"outside_contexts", 16 * MB, outside_contexts,
-		"holds %s of malloc memory outside PostgreSQL's memory contexts (JIT code, OpenSSL, other libraries)",
-	"only a new connection returns it; if backend %d ran JIT-compiled queries, jit = off or a higher jit_above_cost avoids it; a trim does not help"},
+		"holds %s of malloc memory in use outside PostgreSQL's memory contexts (LLVM's JIT, OpenSSL, other libraries)",
+	"a trim does not help: only a new connection returns it; if backend %d ran JIT-compiled queries, jit = off or a higher jit_above_cost avoids it"},
 };
 
 /* Idle backends holding at least this much free heap are summed in one row. */
@@ -190,6 +193,26 @@ cmp_int(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+/* One backend's bytes of the kind a rule looks at, for sorting. */
+typedef struct GmDoctorFinding
+{
+	int64		bytes;
+	int			snap;			/* index into the snapshots */
+	int			pid;
+} GmDoctorFinding;
+
+/* qsort: largest first, then by pid. */
+static int
+cmp_finding(const void *a, const void *b)
+{
+	const GmDoctorFinding *x = a;
+	const GmDoctorFinding *y = b;
+
+	if (x->bytes != y->bytes)
+		return x->bytes > y->bytes ? -1 : 1;
+	return (x->pid > y->pid) - (x->pid < y->pid);
+}
+
 PG_FUNCTION_INFO_V1(glibc_malloc_doctor);
 
 /*
@@ -236,9 +259,11 @@ glibc_malloc_doctor(PG_FUNCTION_ARGS)
 			idle[nidle++] = local->backendStatus.st_procpid;
 	}
 	qsort(idle, nidle, sizeof(int), cmp_int);
+	/* As glibc_malloc_trim_idle() would ask them: idle client backends, not the caller. */
 	for (int i = 0; i < n; i++)
 	{
 		if (free_heap(&snaps[i]) >= GM_DOCTOR_IDLE_MIN_FREE && snaps[i].pid != MyProcPid &&
+			snaps[i].signalable && snaps[i].backend_type == B_BACKEND &&
 			bsearch(&snaps[i].pid, idle, nidle, sizeof(int), cmp_int) != NULL)
 		{
 			idle_count++;
@@ -249,34 +274,32 @@ glibc_malloc_doctor(PG_FUNCTION_ARGS)
 		doctor_row(rsinfo, "idle_free_heap", 0, idle_free,
 				   psprintf("%d idle backend%s hold%s %s of free heap", idle_count,
 							idle_count == 1 ? "" : "s", idle_count == 1 ? "s" : "", pretty_bytes(idle_free)),
-				   "SELECT glibc_malloc_trim_idle() returns it now; glibc_malloc.preset = 'balanced' returns it after 1 s idle");
+				   "SELECT glibc_malloc_trim_idle() returns it now (from the backends the caller may trim); glibc_malloc.preset = 'balanced' returns it once idle for glibc_malloc.idle_release_delay (1 s)");
 
 	for (int r = 0; r < lengthof(doctor_rules); r++)
 	{
 		const GmDoctorRule *rule = &doctor_rules[r];
+		GmDoctorFinding *found = palloc(sizeof(GmDoctorFinding) * Max(n, 1));
+		int			nfound = 0;
 
-		/* Largest first: repeated selection, n is at most MaxBackends. */
-		for (int64 ceiling = PG_INT64_MAX;;)
+		for (int i = 0; i < n; i++)
 		{
-			int			best = -1;
-			int64		best_bytes = -1;
+			int64		b = rule->bytes(&snaps[i]);
 
-			for (int i = 0; i < n; i++)
-			{
-				int64		b = rule->bytes(&snaps[i]);
-
-				if (b >= rule->min_bytes && b < ceiling && b > best_bytes)
+			if (b >= rule->min_bytes)
+				found[nfound++] = (GmDoctorFinding)
 				{
-					best = i;
-					best_bytes = b;
-				}
-			}
-			if (best < 0)
-				break;
-			doctor_row(rsinfo, rule->kind, snaps[best].pid, best_bytes,
-					   psprintf("%s %s", describe(&snaps[best]), psprintf(rule->reason, pretty_bytes(best_bytes))),
-					   psprintf(rule->action, snaps[best].pid));
-			ceiling = best_bytes;
+					b, i, snaps[i].pid
+				};
+		}
+		qsort(found, nfound, sizeof(GmDoctorFinding), cmp_finding);
+		for (int f = 0; f < nfound; f++)
+		{
+			const GmSnapshot *s = &snaps[found[f].snap];
+
+			doctor_row(rsinfo, rule->kind, s->pid, found[f].bytes,
+					   psprintf("%s %s", describe(s), psprintf(rule->reason, pretty_bytes(found[f].bytes))),
+					   psprintf(rule->action, s->pid));
 		}
 	}
 	return (Datum) 0;
@@ -304,10 +327,14 @@ gm_doctor_statement_start(QueryDesc *queryDesc)
 	GmMallinfo	mi;
 	GmStatementStart *slot = NULL;
 
-	if (log_min_executor_memory < 0)
+	if (log_min_executor_memory < 0 || IsParallelWorker())
 		return;
+	/* This QueryDesc's slot, else a free one, else the next in turn. */
 	for (int i = 0; i < GM_STATEMENT_SLOTS && slot == NULL; i++)
 		if (statement_starts[i].query == queryDesc)
+			slot = &statement_starts[i];
+	for (int i = 0; i < GM_STATEMENT_SLOTS && slot == NULL; i++)
+		if (statement_starts[i].query == NULL)
 			slot = &statement_starts[i];
 	if (slot == NULL)
 	{
@@ -333,25 +360,29 @@ gm_doctor_statement_end(QueryDesc *queryDesc)
 	char	   *params = NULL;
 	StringInfoData delta;
 
-	if (queryDesc->estate == NULL || (log_min_executor_memory < 0 && !gm_shmem_active()))
+	GmStatementStart start_copy;
+
+	/* Take this statement's start, freeing its slot whatever happens next. */
+	for (int i = 0; i < GM_STATEMENT_SLOTS && start == NULL; i++)
+		if (statement_starts[i].query == queryDesc)
+		{
+			start_copy = statement_starts[i];
+			statement_starts[i].query = NULL;
+			start = &start_copy;
+		}
+
+	/*
+	 * Not in parallel workers (the leader logs the statement, as auto_explain
+	 * does), and not for EXPLAIN without ANALYZE, which runs nothing.
+	 */
+	if (queryDesc->estate == NULL || IsParallelWorker() ||
+		(queryDesc->estate->es_top_eflags & EXEC_FLAG_EXPLAIN_ONLY) ||
+		(log_min_executor_memory < 0 && !gm_shmem_publishing()))
 		return;
 	bytes = (int64) MemoryContextMemAllocated(queryDesc->estate->es_query_cxt, true);
 	gm_shmem_note_executor(bytes);
-	if (log_min_executor_memory < 0)
+	if (log_min_executor_memory < 0 || bytes < (int64) log_min_executor_memory * 1024)
 		return;
-
-	for (int i = 0; i < GM_STATEMENT_SLOTS; i++)
-		if (statement_starts[i].query == queryDesc)
-		{
-			start = &statement_starts[i];
-			break;
-		}
-	if (bytes < (int64) log_min_executor_memory * 1024)
-	{
-		if (start)
-			start->query = NULL;
-		return;
-	}
 
 	initStringInfo(&delta);
 	gm_mallinfo(&mi);
@@ -360,9 +391,7 @@ gm_doctor_statement_end(QueryDesc *queryDesc)
 						 (long long) (((int64) mi.arena - start->heap_bytes) / 1024),
 						 (long long) (((int64) mi.hblkhd - start->mmapped_bytes) / 1024));
 	else
-		appendStringInfoString(&delta, "heap and mmapped change unknown (the statement started before the log was on)");
-	if (start)
-		start->query = NULL;
+		appendStringInfoString(&delta, "heap and mmapped change unknown (the statement started before the log was on, or more than 16 statements were nested)");
 
 	/* Bind parameters, as log_parameter_max_length says. */
 	if (queryDesc->params && queryDesc->params->numParams > 0 &&

@@ -28,6 +28,7 @@ CREATE FUNCTION glibc_malloc_backends(
     OUT rss_anon_bytes bigint,
     OUT context_bytes bigint,
     OUT cache_bytes bigint,
+    OUT outside_context_bytes bigint,
     OUT peak_executor_bytes bigint,
     OUT idle_releases bigint,
     OUT idle_released_bytes bigint,
@@ -44,7 +45,7 @@ CREATE VIEW glibc_malloc_backends AS
     SELECT pid, backend_type, usesysid, pg_get_userbyid(usesysid) AS usename,
            preset, system_bytes, in_use_bytes, free_bytes, mmapped_bytes,
            rss_anon_bytes, context_bytes, cache_bytes,
-           greatest(in_use_bytes - context_bytes, 0) AS outside_context_bytes,
+           outside_context_bytes,
            peak_executor_bytes, idle_releases, idle_released_bytes,
            remote_trims, remote_trimmed_bytes, snapshot_at,
            clock_timestamp() - snapshot_at AS snapshot_age

@@ -9,9 +9,11 @@
  * shared_preload_libraries (the postmaster applies them once and every child
  * inherits them), SET, ALTER ROLE/DATABASE SET and ALTER SYSTEM.
  *
- * Loaded but unused, it never calls mallopt; it costs one comparison per
- * query and, per transaction end, a few comparisons (plus, when preloaded,
- * a clock read and a snapshot at most once per glibc_malloc.stats_interval).
+ * Loaded but unused, it never calls mallopt; it costs a few comparisons per
+ * query and per transaction end.  When preloaded (and stats_interval is not
+ * -1) add, per query, a walk of the query's few memory contexts at
+ * ExecutorEnd (peak_executor_bytes), and per transaction end a clock read;
+ * a snapshot at most once per glibc_malloc.stats_interval.
  *
  * This file is the only place that wires lifecycle events:
  *

@@ -167,6 +167,9 @@ typedef struct GmSnapshot
 	int64		rss_anon_bytes;
 	int64		context_bytes;	/* all memory contexts; -1 = not measured */
 	int64		cache_bytes;	/* CacheMemoryContext's subtree; -1 = none */
+	int64		outside_context_bytes;	/* in use outside them, measured with
+										 * them; -1 = not measured */
+	int64		anon_outside_malloc_bytes;	/* gm_anon_outside_malloc */
 	int64		peak_executor_bytes;	/* largest executor memory since the
 										 * last publish */
 	GmReleaseCount releases[GM_NRELEASE_KINDS];
@@ -181,6 +184,7 @@ extern int64 gm_env_value[GM_NPARAMS];
 extern const char *gm_env_hugetlb;
 extern bool gm_glibc_has_fastbins;
 extern volatile GmReleaseCount gm_releases[GM_NRELEASE_KINDS];
+extern int64 gm_anon_outside_malloc;
 extern void gm_allocator_init(void);
 extern const char *gm_glibc_version(void);
 extern int64 gm_mmap_threshold_limit(void);
@@ -218,6 +222,7 @@ extern void gm_idle_schedule(TimestampTz now, int64 delay_ms);
 extern void gm_shmem_define_gucs(void);
 extern void gm_shmem_init(void);
 extern bool gm_shmem_active(void);
+extern bool gm_shmem_publishing(void);
 extern bool gm_shmem_transaction_end(TimestampTz now);
 extern bool gm_shmem_has_requests(void);
 extern void gm_shmem_serve_requests(bool at_idle);

@@ -240,6 +240,7 @@ claim_slot(void)
 static TimestampTz last_context_walk = 0;
 static int64 context_bytes = -1;
 static int64 cache_bytes = -1;
+static int64 outside_context_bytes = -1;	/* in_use - context_bytes, at the walk */
 
 /* The largest executor memory since the last publish (gm_shmem_note_executor). */
 static int64 peak_executor_bytes = 0;
@@ -264,6 +265,9 @@ publish(TimestampTz now, bool fresh_contexts)
 	{
 		context_bytes = TopMemoryContext ? (int64) MemoryContextMemAllocated(TopMemoryContext, true) : -1;
 		cache_bytes = CacheMemoryContext ? (int64) MemoryContextMemAllocated(CacheMemoryContext, true) : -1;
+		/* Paired with the in-use bytes of the same moment, not of a later publish. */
+		outside_context_bytes = context_bytes < 0 ? -1 :
+			Max((int64) (mi.uordblks + mi.hblkhd) - context_bytes, 0);
 		last_context_walk = now;
 	}
 	slot->changecount++;
@@ -280,6 +284,8 @@ publish(TimestampTz now, bool fresh_contexts)
 	slot->snap.rss_anon_bytes = gm_rss_anon();
 	slot->snap.context_bytes = context_bytes;
 	slot->snap.cache_bytes = cache_bytes;
+	slot->snap.outside_context_bytes = outside_context_bytes;
+	slot->snap.anon_outside_malloc_bytes = gm_anon_outside_malloc;
 	slot->snap.peak_executor_bytes = peak_executor_bytes;
 	for (int k = 0; k < GM_NRELEASE_KINDS; k++)
 		slot->snap.releases[k] = gm_releases[k];
@@ -390,6 +396,13 @@ bool
 gm_shmem_active(void)
 {
 	return shared != NULL;
+}
+
+/* Whether this process publishes snapshots (preloaded, stats_interval >= 0). */
+bool
+gm_shmem_publishing(void)
+{
+	return shared != NULL && stats_interval >= 0;
 }
 
 /* Copy a slot's snapshot consistently; false if the slot is free. */
@@ -512,8 +525,8 @@ typedef enum GmBackendsVersion
 } GmBackendsVersion;
 
 #define GM_BACKENDS_COLS_V1_1	12
-#define GM_BACKENDS_COLS_V1_3	17
-#define GM_BACKENDS_COLS		17	/* the most of any version */
+#define GM_BACKENDS_COLS_V1_3	18
+#define GM_BACKENDS_COLS		18	/* the most of any version */
 
 /* Every visible snapshot, with the columns of the given version. */
 static void
@@ -562,6 +575,8 @@ backends_internal(FunctionCallInfo fcinfo, GmBackendsVersion api)
 			nulls[j++] = s->context_bytes < 0;
 			values[j] = Int64GetDatum(s->cache_bytes);
 			nulls[j++] = s->cache_bytes < 0;
+			values[j] = Int64GetDatum(s->outside_context_bytes);
+			nulls[j++] = s->outside_context_bytes < 0;
 			values[j++] = Int64GetDatum(s->peak_executor_bytes);
 			values[j++] = Int64GetDatum(idle->count);
 			values[j++] = Int64GetDatum(idle->bytes);

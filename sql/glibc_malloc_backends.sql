@@ -29,10 +29,12 @@ SELECT idle_releases = 0 AS no_idle_release, remote_trims >= 1 AS counted FROM g
 SELECT glibc_malloc_trim_backend(1);
 SELECT glibc_malloc_trim_idle(0) >= 0 AS ran;
 
--- The kinds of memory: contexts and caches are measured, and add up.
+-- The kinds of memory: contexts and caches are measured, and nest: caches
+-- within contexts, contexts within what malloc has in use.
 SELECT context_bytes > 0 AS contexts, cache_bytes > 0 AS caches,
        cache_bytes <= context_bytes AS caches_in_contexts,
-       outside_context_bytes >= 0 AS outside,
-       outside_context_bytes = greatest(in_use_bytes - context_bytes, 0) AS outside_is_the_rest
+       context_bytes <= in_use_bytes AS contexts_in_use,
+       outside_context_bytes BETWEEN 0 AND in_use_bytes - context_bytes + 1048576 AS outside_is_the_rest
 FROM glibc_malloc_backends WHERE pid = pg_backend_pid();
-SELECT count(*) >= 0 AS doctor_runs FROM glibc_malloc_doctor();
+-- A fresh session is not worth a word from the doctor.
+SELECT count(*) AS about_me FROM glibc_malloc_doctor() WHERE pid = pg_backend_pid();

@@ -44,7 +44,7 @@ note sprintf('cache %.1f MB, contexts %.1f MB, free %.1f MB, RssAnon %.1f MB', $
 cmp_ok($contexts, '>=', $cache, 'the caches are part of all contexts');
 cmp_ok(rss_anon($cpid), '>=', 0.9 * $cache, 'and resident, as /proc shows (the blocks\' untouched tails aside)');
 is(doctor_kinds($cpid), 'caches', 'the doctor names it as caches, not free heap');
-like($admin->query_safe("SELECT action FROM glibc_malloc_doctor() WHERE pid = $cpid"), qr/only a new connection returns it/,
+like($admin->query_safe("SELECT action FROM glibc_malloc_doctor() WHERE pid = $cpid"), qr/a trim does not help: only a new connection returns the relcache and catcache/,
 	'and says that only a reconnect returns them');
 
 # Free heap: a greedy session after a big sort keeps it; the doctor advises a
@@ -64,11 +64,16 @@ ok(wait_for(sub { rss_anon($gpid) < $before - $bytes / 2 }, 3), 'RssAnon drops b
 ok(wait_for(sub { doctor_kinds($gpid) eq '' }, 3), 'after the trim the doctor no longer lists it');
 is($admin->query_safe("SELECT count(*) FROM glibc_malloc_doctor() WHERE kind = 'idle_free_heap'"), 0, 'nor the idle backends\' sum');
 
-# Visibility: a role without pg_read_all_stats hears about its own backends only.
+# Visibility: a role without pg_read_all_stats hears about its own backends
+# only, in the per-backend rows and in the idle backends' sum.
+my $w2 = $node->background_psql('postgres', extra_params => [ '-U', 'watcher' ]);
+my $w2pid = $w2->query_safe("SET glibc_malloc.preset = 'greedy'; $big_sort; $big_sort; SELECT pg_backend_pid()");
 my $w = $node->background_psql('postgres', extra_params => [ '-U', 'watcher' ]);
-is($w->query_safe('SELECT count(*) FROM glibc_malloc_doctor() WHERE pid IS NOT NULL'), 0,
-	'another role is not told about the superuser\'s backends');
-$w->quit;
+ok(wait_for(sub { $w->query_safe("SELECT string_agg(DISTINCT pid::text, ',') FROM glibc_malloc_doctor() WHERE pid IS NOT NULL") eq $w2pid }, 5),
+	'another role hears about its own backend, and not about the superuser\'s (caches, free heap)');
+like($w->query_safe("SELECT reason FROM glibc_malloc_doctor() WHERE kind = 'idle_free_heap'"), qr/^1 idle backend holds/,
+	'its sum of idle backends counts its own only');
+$_->quit for $w, $w2;
 
 # The statement log.
 my $explain = $admin->query_safe('EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) ' . seed_sort());
@@ -93,6 +98,22 @@ like($log, qr/DETAIL:  log_min_executor_memory is 16384 kB; glibc heap [+-]\d+ k
 unlike($log, qr/Query: SELECT 1/, 'SELECT 1 is never logged');
 ok(wait_for(sub { $admin->query_safe("SELECT peak_executor_bytes FROM glibc_malloc_backends WHERE pid = $spid") >= $allocated_kb * 1024 }, 3),
 	'the view\'s peak_executor_bytes shows the sort once the backend published');
+
+# EXPLAIN without ANALYZE runs nothing, and is not logged.
+$offset = -s $node->logfile;
+$s->query_safe('EXPLAIN ' . seed_sort());
+unlike(slurp_file($node->logfile, $offset), qr/statement used/, 'EXPLAIN without ANALYZE is not logged');
+
+# A parallel query is logged once, by the leader; its workers log nothing.
+my $parallel = 'SET max_parallel_workers_per_gather = 2; SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0; SET min_parallel_table_scan_size = 0';
+like($admin->query_safe("$parallel; EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) SELECT count(*) FROM t"), qr/Workers Launched: [12]/,
+	'the parallel plan launches workers');
+$s->query_safe("$parallel; SET glibc_malloc.log_min_executor_memory = 0");
+$offset = -s $node->logfile;
+$s->query_safe('SELECT count(*) FROM t');
+my @by = slurp_file($node->logfile, $offset) =~ /\[(\d+)\] [^\n]*?LOG:  glibc_malloc: statement used/g;
+is("@by", $spid, 'a parallel query is logged once, by the leader');
+$s->query_safe("RESET max_parallel_workers_per_gather; SET glibc_malloc.log_min_executor_memory = '16MB'");
 
 # Bind parameters, cut as log_parameter_max_length says.
 $s->query_safe("SET log_parameter_max_length = 3; PREPARE p(text) AS SELECT * FROM t WHERE \$1 <> '' ORDER BY a OFFSET 100000");
