@@ -14,16 +14,17 @@ use Test::More;
 my $exporter = '/usr/bin/prometheus-postgres-exporter';
 plan skip_all => 'prometheus-postgres-exporter is not installed (scripts/deps installs it)' unless -x $exporter;
 
-my $node = new_node('exporter', "glibc_malloc.stats_interval = 0\n");
+my $node = new_node('exporter', "glibc_malloc.stats_interval = 0\nwork_mem = 32MB\n");
 $node->safe_psql('postgres', q{
 	CREATE ROLE alice LOGIN;
 	CREATE ROLE exporter LOGIN IN ROLE pg_monitor;
 	GRANT USAGE ON SCHEMA public TO exporter;
 });
 
-# One idle backend of alice's, greedy after a big sort: it keeps free heap.
+# One idle backend of alice's, greedy after two big sorts: it keeps free heap.
 my $a = $node->background_psql('postgres', extra_params => [ '-U', 'alice' ]);
-my $apid = $a->query_safe("SET glibc_malloc.preset = 'greedy'; " . workload('big_sort') . '; SELECT pg_backend_pid()');
+my $big_sort = workload('big_sort');
+my $apid = $a->query_safe("SET glibc_malloc.preset = 'greedy'; $big_sort; $big_sort; SELECT pg_backend_pid()");
 my $admin = $node->background_psql('postgres');
 my %view;
 ok( wait_for(sub {
