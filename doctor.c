@@ -183,16 +183,6 @@ doctor_row(ReturnSetInfo *rsinfo, const char *kind, int pid, int64 bytes,
 	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 }
 
-/* qsort: pids ascending. */
-static int
-cmp_int(const void *a, const void *b)
-{
-	int			x = *(const int *) a;
-	int			y = *(const int *) b;
-
-	return (x > y) - (x < y);
-}
-
 /* One backend's bytes of the kind a rule looks at, for sorting. */
 typedef struct GmDoctorFinding
 {
@@ -230,7 +220,6 @@ glibc_malloc_doctor(PG_FUNCTION_ARGS)
 	GmSource	frozen_by;
 	int		   *idle;
 	int			nidle = 0;
-	int			nbackends;
 	int			idle_count = 0;
 	int64		idle_free = 0;
 
@@ -248,23 +237,13 @@ glibc_malloc_doctor(PG_FUNCTION_ARGS)
 
 	n = gm_shmem_snapshots(&snaps);
 
-	/* Idle backends, from the same snapshot as pg_stat_activity. */
-	nbackends = pgstat_fetch_stat_numbackends();
-	idle = palloc(sizeof(int) * Max(nbackends, 1));
-	for (int i = 1; i <= nbackends; i++)
-	{
-		LocalPgBackendStatus *local = gm_local_beentry(i);
-
-		if (local != NULL && local->backendStatus.st_state == STATE_IDLE)
-			idle[nidle++] = local->backendStatus.st_procpid;
-	}
-	qsort(idle, nidle, sizeof(int), cmp_int);
+	nidle = gm_shmem_idle_pids(&idle);
 	/* As glibc_malloc_trim_idle() would ask them: idle client backends, not the caller. */
 	for (int i = 0; i < n; i++)
 	{
 		if (free_heap(&snaps[i]) >= GM_DOCTOR_IDLE_MIN_FREE && snaps[i].pid != MyProcPid &&
 			snaps[i].signalable && snaps[i].backend_type == B_BACKEND &&
-			bsearch(&snaps[i].pid, idle, nidle, sizeof(int), cmp_int) != NULL)
+			gm_pid_in(snaps[i].pid, idle, nidle))
 		{
 			idle_count++;
 			idle_free += free_heap(&snaps[i]);

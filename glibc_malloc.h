@@ -231,6 +231,8 @@ extern int64 gm_shmem_publish_due(TimestampTz now);
 extern void gm_shmem_note_executor(int64 bytes);
 extern int	gm_shmem_snapshots(GmSnapshot **snaps);
 extern bool gm_shmem_can_see(Oid roleid);
+extern int	gm_shmem_idle_pids(int **pids);
+extern bool gm_pid_in(int pid, const int *pids, int n);
 
 /* 5. doctor.c (stats.c has no entry points of its own but SQL functions) */
 extern void gm_doctor_define_gucs(void);

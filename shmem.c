@@ -654,10 +654,32 @@ cmp_pid(const void *a, const void *b)
 }
 
 /* Whether pid is in the sorted array pids[n]. */
-static bool
-pid_in(int pid, const int *pids, int n)
+bool
+gm_pid_in(int pid, const int *pids, int n)
 {
 	return n > 0 && bsearch(&pid, pids, n, sizeof(int), cmp_pid) != NULL;
+}
+
+/*
+ * The pids of the idle backends (pg_stat_activity's state 'idle', from the
+ * same snapshot as that view), sorted, palloc'd in *pids; returns how many.
+ */
+int
+gm_shmem_idle_pids(int **pids)
+{
+	int			nbackends = pgstat_fetch_stat_numbackends();
+	int			n = 0;
+
+	*pids = palloc(sizeof(int) * Max(nbackends, 1));
+	for (int i = 1; i <= nbackends; i++)
+	{
+		LocalPgBackendStatus *local = gm_local_beentry(i);
+
+		if (local != NULL && local->backendStatus.st_state == STATE_IDLE)
+			(*pids)[n++] = local->backendStatus.st_procpid;
+	}
+	qsort(*pids, n, sizeof(int), cmp_pid);
+	return n;
 }
 
 /*
@@ -671,7 +693,6 @@ Datum
 glibc_malloc_trim_idle(PG_FUNCTION_ARGS)
 {
 	int64		min_free = PG_GETARG_INT64(0);
-	int			nbackends;
 	int		   *idle;
 	int			nidle = 0;
 	int		   *targets;
@@ -684,17 +705,7 @@ glibc_malloc_trim_idle(PG_FUNCTION_ARGS)
 				 errmsg("min_free_bytes must not be negative")));
 	require_shared();
 
-	/* Idle backends, from the same snapshot as pg_stat_activity. */
-	nbackends = pgstat_fetch_stat_numbackends();
-	idle = palloc(sizeof(int) * Max(nbackends, 1));
-	for (int i = 1; i <= nbackends; i++)
-	{
-		LocalPgBackendStatus *local = gm_local_beentry(i);
-
-		if (local != NULL && local->backendStatus.st_state == STATE_IDLE)
-			idle[nidle++] = local->backendStatus.st_procpid;
-	}
-	qsort(idle, nidle, sizeof(int), cmp_pid);
+	nidle = gm_shmem_idle_pids(&idle);
 
 	/* Then the snapshots and the privileges, before asking anybody. */
 	targets = palloc(sizeof(int) * shared->nslots);
@@ -704,7 +715,7 @@ glibc_malloc_trim_idle(PG_FUNCTION_ARGS)
 		PGPROC	   *proc;
 
 		if (!read_slot(&shared->slots[i], &s) || s.pid == MyProcPid || !s.signalable ||
-			s.taken_at == 0 || s.free_bytes <= min_free || !pid_in(s.pid, idle, nidle))
+			s.taken_at == 0 || s.free_bytes <= min_free || !gm_pid_in(s.pid, idle, nidle))
 			continue;
 		proc = BackendPidGetProc(s.pid);
 		if (proc == NULL || trim_refusal(proc) != NULL)
