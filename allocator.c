@@ -92,10 +92,12 @@ bool		gm_glibc_has_fastbins = true;
 const char *gm_env_hugetlb = NULL;
 
 /*
- * Resident anonymous memory that is not malloc's (the stack, data pages,
- * LLVM's relocated data), as measured right after the last release; 0
- * before the first.  The doctor subtracts it from RssAnon to estimate how
- * much free heap is resident: glibc goes on counting trimmed pages as free.
+ * Resident anonymous memory beyond the bytes in use right after the last
+ * malloc_trim(0): memory that is not malloc's (the stack, data pages,
+ * LLVM's relocated data) and free heap no trim can return (pieces smaller
+ * than a page); 0 before the first.  The doctor subtracts it from RssAnon
+ * to estimate how much free heap a trim would return: glibc goes on
+ * counting trimmed pages as free.
  */
 int64		gm_anon_outside_malloc = 0;
 
@@ -350,11 +352,15 @@ gm_release(size_t pad)
 	malloc_trim(pad);
 #endif
 	after = gm_rss_anon();
-	if (after >= 0)
+	if (after >= 0 && pad == 0)
 	{
 		GmMallinfo	mi;
 
-		/* Right after a trim, little of what is resident is free heap. */
+		/*
+		 * Right after a full trim, what is resident beyond the bytes in use
+		 * is either not malloc's or free heap no trim can return: neither is
+		 * what the doctor's free_heap rule is about.
+		 */
 		gm_mallinfo(&mi);
 		gm_anon_outside_malloc = Max(after - (int64) (mi.uordblks + mi.hblkhd), 0);
 	}

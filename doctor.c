@@ -94,7 +94,7 @@ static const GmDoctorRule doctor_rules[] = {
 	"SELECT glibc_malloc_trim_backend(%d) returns it (at once if the backend is idle, else after its transaction; needs the privileges of its role or of pg_signal_backend); glibc_malloc.preset = 'balanced' returns it once idle for glibc_malloc.idle_release_delay (1 s)"},
 	{"caches", 8 * MB, caches,
 		"holds %s in PostgreSQL's caches (relcache, catcache, plan caches)",
-	"a trim does not help: only a new connection returns the relcache and catcache (reconnect, or let the pooler recycle server connections, PgBouncer: server_lifetime); DISCARD PLANS or DISCARD ALL drop backend %d's cached plans"},
+	"a trim does not help: only a new connection returns the relcache and catcache (reconnect, or let the pooler recycle server connections, PgBouncer: server_lifetime); in backend %d's own session, DISCARD PLANS drops its cached plans"},
 	{"outside_contexts", 16 * MB, outside_contexts,
 		"holds %s of malloc memory in use outside PostgreSQL's memory contexts (LLVM's JIT, OpenSSL, other libraries)",
 	"a trim does not help: only a new connection returns it; if backend %d ran JIT-compiled queries, jit = off or a higher jit_above_cost avoids it"},
@@ -108,9 +108,9 @@ static int	log_min_executor_memory = -1;
 
 /*
  * glibc's heap and mmapped bytes at ExecutorStart, by QueryDesc, while the
- * statement log is on.  Executors nest (functions, triggers); a statement
- * ended by an error never reaches ExecutorEnd, so its entry is simply
- * overwritten, oldest first.
+ * statement log is on.  Executors nest (functions, triggers): a free slot is
+ * taken first, else the next in turn.  A statement ended by an error never
+ * reaches ExecutorEnd, so every slot is freed at transaction end.
  */
 #define GM_STATEMENT_SLOTS 16
 typedef struct GmStatementStart
@@ -121,6 +121,7 @@ typedef struct GmStatementStart
 } GmStatementStart;
 static GmStatementStart statement_starts[GM_STATEMENT_SLOTS];
 static int	next_statement_slot = 0;
+static bool any_statement_start = false;	/* a slot may be taken */
 
 /*
  * The bytes in use in a memory context tree: its blocks minus their free
@@ -238,12 +239,12 @@ glibc_malloc_doctor(PG_FUNCTION_ARGS)
 	n = gm_shmem_snapshots(&snaps);
 
 	nidle = gm_shmem_idle_pids(&idle);
-	/* As glibc_malloc_trim_idle() would ask them: idle client backends, not the caller. */
+	/* As glibc_malloc_trim_idle() would ask them: idle, signalable, the caller may trim them. */
 	for (int i = 0; i < n; i++)
 	{
 		if (free_heap(&snaps[i]) >= GM_DOCTOR_IDLE_MIN_FREE && snaps[i].pid != MyProcPid &&
-			snaps[i].signalable && snaps[i].backend_type == B_BACKEND &&
-			gm_pid_in(snaps[i].pid, idle, nidle))
+			snaps[i].signalable && gm_pid_in(snaps[i].pid, idle, nidle) &&
+			gm_shmem_may_trim(snaps[i].pid))
 		{
 			idle_count++;
 			idle_free += free_heap(&snaps[i]);
@@ -306,12 +307,17 @@ gm_doctor_statement_start(QueryDesc *queryDesc)
 	GmMallinfo	mi;
 	GmStatementStart *slot = NULL;
 
-	if (log_min_executor_memory < 0 || IsParallelWorker())
-		return;
-	/* This QueryDesc's slot, else a free one, else the next in turn. */
-	for (int i = 0; i < GM_STATEMENT_SLOTS && slot == NULL; i++)
+	/* This QueryDesc's slot, if an old statement at this address left one. */
+	for (int i = 0; any_statement_start && i < GM_STATEMENT_SLOTS && slot == NULL; i++)
 		if (statement_starts[i].query == queryDesc)
 			slot = &statement_starts[i];
+	if (log_min_executor_memory < 0 || IsParallelWorker())
+	{
+		if (slot)
+			slot->query = NULL;
+		return;
+	}
+	/* Else a free one, else the next in turn. */
 	for (int i = 0; i < GM_STATEMENT_SLOTS && slot == NULL; i++)
 		if (statement_starts[i].query == NULL)
 			slot = &statement_starts[i];
@@ -324,6 +330,18 @@ gm_doctor_statement_start(QueryDesc *queryDesc)
 	slot->query = queryDesc;
 	slot->heap_bytes = mi.arena;
 	slot->mmapped_bytes = mi.hblkhd;
+	any_statement_start = true;
+}
+
+/* At top-level transaction end: statements ended by an error left slots taken. */
+void
+gm_doctor_transaction_end(void)
+{
+	if (!any_statement_start)
+		return;
+	for (int i = 0; i < GM_STATEMENT_SLOTS; i++)
+		statement_starts[i].query = NULL;
+	any_statement_start = false;
 }
 
 /*
@@ -334,20 +352,21 @@ void
 gm_doctor_statement_end(QueryDesc *queryDesc)
 {
 	int64		bytes;
-	GmStatementStart *start = NULL;
+	bool		started = false;
+	int64		start_heap = 0;
+	int64		start_mmapped = 0;
 	GmMallinfo	mi;
 	char	   *params = NULL;
 	StringInfoData delta;
 
-	GmStatementStart start_copy;
-
 	/* Take this statement's start, freeing its slot whatever happens next. */
-	for (int i = 0; i < GM_STATEMENT_SLOTS && start == NULL; i++)
+	for (int i = 0; any_statement_start && i < GM_STATEMENT_SLOTS && !started; i++)
 		if (statement_starts[i].query == queryDesc)
 		{
-			start_copy = statement_starts[i];
+			started = true;
+			start_heap = statement_starts[i].heap_bytes;
+			start_mmapped = statement_starts[i].mmapped_bytes;
 			statement_starts[i].query = NULL;
-			start = &start_copy;
 		}
 
 	/*
@@ -365,10 +384,10 @@ gm_doctor_statement_end(QueryDesc *queryDesc)
 
 	initStringInfo(&delta);
 	gm_mallinfo(&mi);
-	if (start)
+	if (started)
 		appendStringInfo(&delta, "heap %+lld kB, mmapped %+lld kB across the statement",
-						 (long long) (((int64) mi.arena - start->heap_bytes) / 1024),
-						 (long long) (((int64) mi.hblkhd - start->mmapped_bytes) / 1024));
+						 (long long) (((int64) mi.arena - start_heap) / 1024),
+						 (long long) (((int64) mi.hblkhd - start_mmapped) / 1024));
 	else
 		appendStringInfoString(&delta, "heap and mmapped change unknown (the statement started before the log was on, or more than 16 statements were nested)");
 

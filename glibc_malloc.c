@@ -270,6 +270,7 @@ gm_xact_callback(XactEvent event, void *arg)
 			}
 			if (gm_shmem_active())
 				pend_publish = gm_shmem_transaction_end(GetCurrentTimestamp());
+			gm_doctor_transaction_end();
 			plan();
 			break;
 		default:

@@ -231,6 +231,7 @@ extern int64 gm_shmem_publish_due(TimestampTz now);
 extern void gm_shmem_note_executor(int64 bytes);
 extern int	gm_shmem_snapshots(GmSnapshot **snaps);
 extern bool gm_shmem_can_see(Oid roleid);
+extern bool gm_shmem_may_trim(int pid);
 extern int	gm_shmem_idle_pids(int **pids);
 extern bool gm_pid_in(int pid, const int *pids, int n);
 
@@ -238,5 +239,6 @@ extern bool gm_pid_in(int pid, const int *pids, int n);
 extern void gm_doctor_define_gucs(void);
 extern void gm_doctor_statement_start(QueryDesc *queryDesc);
 extern void gm_doctor_statement_end(QueryDesc *queryDesc);
+extern void gm_doctor_transaction_end(void);
 
 #endif							/* GLIBC_MALLOC_H */

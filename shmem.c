@@ -28,8 +28,9 @@
  * transaction end.
  *
  * Each snapshot also holds the kinds of memory: all memory contexts, the
- * caches (CacheMemoryContext), and the largest executor memory of one
- * statement since the last publish (doctor.c measures it at ExecutorEnd).
+ * caches (CacheMemoryContext), the malloc memory in use outside them, and
+ * the largest executor memory of one statement since the last publish
+ * (doctor.c measures it at ExecutorEnd).
  *
  *-------------------------------------------------------------------------
  */
@@ -447,6 +448,15 @@ trim_refusal(PGPROC *proc)
 	return NULL;
 }
 
+/* Whether the caller may trim process pid (trim_refusal's rules); false if it is gone. */
+bool
+gm_shmem_may_trim(int pid)
+{
+	PGPROC	   *proc = BackendPidGetProc(pid);
+
+	return proc != NULL && trim_refusal(proc) == NULL;
+}
+
 /*
  * Set request flags in the slot of process pid and wake it up; false when
  * it has no slot (any more).  The pid is checked again right before kill(),
@@ -515,7 +525,8 @@ gm_shmem_snapshots(GmSnapshot **snaps)
  *	1.1	idle_releases and idle_released_bytes count idle releases and
  *		remote trims together
  *	1.3	the kinds of memory (context_bytes, cache_bytes,
- *		peak_executor_bytes); idle_releases and idle_released_bytes count
+ *		outside_context_bytes, peak_executor_bytes); idle_releases and
+ *		idle_released_bytes count
  *		idle releases only, remote_trims and remote_trimmed_bytes remote trims
  */
 typedef enum GmBackendsVersion

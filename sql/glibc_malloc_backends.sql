@@ -34,7 +34,7 @@ SELECT glibc_malloc_trim_idle(0) >= 0 AS ran;
 SELECT context_bytes > 0 AS contexts, cache_bytes > 0 AS caches,
        cache_bytes <= context_bytes AS caches_in_contexts,
        context_bytes <= in_use_bytes AS contexts_in_use,
-       outside_context_bytes BETWEEN 0 AND in_use_bytes - context_bytes + 1048576 AS outside_is_the_rest
+       outside_context_bytes = greatest(in_use_bytes - context_bytes, 0) AS outside_is_the_rest
 FROM glibc_malloc_backends WHERE pid = pg_backend_pid();
 -- A fresh session is not worth a word from the doctor.
 SELECT count(*) AS about_me FROM glibc_malloc_doctor() WHERE pid = pg_backend_pid();

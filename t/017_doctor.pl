@@ -65,15 +65,22 @@ ok(wait_for(sub { doctor_kinds($gpid) eq '' }, 3), 'after the trim the doctor no
 is($admin->query_safe("SELECT count(*) FROM glibc_malloc_doctor() WHERE kind = 'idle_free_heap'"), 0, 'nor the idle backends\' sum');
 
 # Visibility: a role without pg_read_all_stats hears about its own backends
-# only, in the per-backend rows and in the idle backends' sum.
+# only, in the per-backend rows and in the idle backends' sum.  Both roles
+# now have an idle greedy backend holding free heap.
+my $g2 = $node->background_psql('postgres');
+my $g2pid = $g2->query_safe("SET glibc_malloc.preset = 'greedy'; $big_sort; $big_sort; SELECT pg_backend_pid()");
 my $w2 = $node->background_psql('postgres', extra_params => [ '-U', 'watcher' ]);
 my $w2pid = $w2->query_safe("SET glibc_malloc.preset = 'greedy'; $big_sort; $big_sort; SELECT pg_backend_pid()");
 my $w = $node->background_psql('postgres', extra_params => [ '-U', 'watcher' ]);
-ok(wait_for(sub { $w->query_safe("SELECT string_agg(DISTINCT pid::text, ',') FROM glibc_malloc_doctor() WHERE pid IS NOT NULL") eq $w2pid }, 5),
-	'another role hears about its own backend, and not about the superuser\'s (caches, free heap)');
+ok(wait_for(sub { doctor_kinds($g2pid) eq 'free_heap' && doctor_kinds($w2pid) eq 'free_heap' }, 5),
+	'the superuser sees both greedy backends\' free heap');
+like($admin->query_safe("SELECT reason FROM glibc_malloc_doctor() WHERE kind = 'idle_free_heap'"), qr/^2 idle backends hold/,
+	'and sums both idle backends');
+is($w->query_safe("SELECT string_agg(DISTINCT pid::text, ',') FROM glibc_malloc_doctor() WHERE pid IS NOT NULL"), $w2pid,
+	'another role hears about its own backend only, not the superuser\'s (caches, free heap)');
 like($w->query_safe("SELECT reason FROM glibc_malloc_doctor() WHERE kind = 'idle_free_heap'"), qr/^1 idle backend holds/,
-	'its sum of idle backends counts its own only');
-$_->quit for $w, $w2;
+	'and its sum of idle backends counts its own only');
+$_->quit for $w, $w2, $g2;
 
 # The statement log.
 my $explain = $admin->query_safe('EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) ' . seed_sort());
@@ -99,16 +106,20 @@ unlike($log, qr/Query: SELECT 1/, 'SELECT 1 is never logged');
 ok(wait_for(sub { $admin->query_safe("SELECT peak_executor_bytes FROM glibc_malloc_backends WHERE pid = $spid") >= $allocated_kb * 1024 }, 3),
 	'the view\'s peak_executor_bytes shows the sort once the backend published');
 
-# EXPLAIN without ANALYZE runs nothing, and is not logged.
+# EXPLAIN without ANALYZE runs nothing, and is not logged, even at 0 kB.
+$s->query_safe('SET glibc_malloc.log_min_executor_memory = 0');
 $offset = -s $node->logfile;
 $s->query_safe('EXPLAIN ' . seed_sort());
 unlike(slurp_file($node->logfile, $offset), qr/statement used/, 'EXPLAIN without ANALYZE is not logged');
+$s->query_safe('SELECT 1');
+like(slurp_file($node->logfile, $offset), qr/statement used \d+ kB/, 'while SELECT 1 is, at 0 kB');
 
 # A parallel query is logged once, by the leader; its workers log nothing.
 my $parallel = 'SET max_parallel_workers_per_gather = 2; SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0; SET min_parallel_table_scan_size = 0';
-like($admin->query_safe("$parallel; EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) SELECT count(*) FROM t"), qr/Workers Launched: [12]/,
-	'the parallel plan launches workers');
-$s->query_safe("$parallel; SET glibc_malloc.log_min_executor_memory = 0");
+$s->query_safe("SET glibc_malloc.log_min_executor_memory = -1; $parallel");
+like($s->query_safe('EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) SELECT count(*) FROM t'), qr/Workers Launched: [12]/,
+	'the parallel plan launches workers in this session');
+$s->query_safe('SET glibc_malloc.log_min_executor_memory = 0');
 $offset = -s $node->logfile;
 $s->query_safe('SELECT count(*) FROM t');
 my @by = slurp_file($node->logfile, $offset) =~ /\[(\d+)\] [^\n]*?LOG:  glibc_malloc: statement used/g;
