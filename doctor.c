@@ -88,8 +88,11 @@ outside_contexts(const GmSnapshot *s)
  * keeps 10 to 40 MB free; a session that touched a few thousand relations
  * holds tens of MB of caches; LLVM's JIT adds about 10 MB or more.
  */
+/* Free heap worth a row: per backend, and the idle backends together. */
+#define GM_DOCTOR_FREE_HEAP_MIN (4 * MB)
+
 static const GmDoctorRule doctor_rules[] = {
-	{"free_heap", 4 * MB, free_heap,
+	{"free_heap", GM_DOCTOR_FREE_HEAP_MIN, free_heap,
 		"holds %s of resident free heap that glibc keeps for reuse",
 	"SELECT glibc_malloc_trim_backend(%d) returns it (at once if the backend is idle, else after its transaction; needs the privileges of its role or of pg_signal_backend); glibc_malloc.preset = 'balanced' returns it once idle for glibc_malloc.idle_release_delay (1 s)"},
 	{"caches", 8 * MB, caches,
@@ -250,7 +253,7 @@ glibc_malloc_doctor(PG_FUNCTION_ARGS)
 			idle_free += free_heap(&snaps[i]);
 		}
 	}
-	if (idle_free >= doctor_rules[0].min_bytes)
+	if (idle_free >= GM_DOCTOR_FREE_HEAP_MIN)
 		doctor_row(rsinfo, "idle_free_heap", 0, idle_free,
 				   psprintf("%d idle backend%s hold%s %s of free heap", idle_count,
 							idle_count == 1 ? "" : "s", idle_count == 1 ? "s" : "", pretty_bytes(idle_free)),

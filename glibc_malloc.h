@@ -195,13 +195,11 @@ extern void gm_release_counted(GmReleaseKind kind);
 
 /* 2. settings.c */
 extern void gm_define_gucs(void (*on_change) (void));
-extern void gm_apply(void);
 extern void gm_statement_start(void);
 extern bool gm_xact_trim_wanted(void);
 extern bool gm_xact_trim(bool busy);
 extern void gm_resolve(GmParam p, GmResolved *r);
 extern bool gm_dynamic_active(GmSource *frozen_by);
-extern int64 gm_preset_value(int preset, GmParam p);
 extern int	gm_idle_delay(GmSource *source);
 extern int	gm_current_preset(void);
 extern const char *gm_preset_name(int preset);
@@ -230,7 +228,6 @@ extern void gm_shmem_publish(TimestampTz now);
 extern int64 gm_shmem_publish_due(TimestampTz now);
 extern void gm_shmem_note_executor(int64 bytes);
 extern int	gm_shmem_snapshots(GmSnapshot **snaps);
-extern bool gm_shmem_can_see(Oid roleid);
 extern bool gm_shmem_may_trim(int pid);
 extern int	gm_shmem_idle_pids(int **pids);
 extern bool gm_pid_in(int pid, const int *pids, int n);

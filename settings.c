@@ -111,7 +111,7 @@ static TimestampTz last_rss_check = 0;
 static bool gucs_ready = false;
 
 /* The byte count that preset gives parameter p, or -1 when it leaves p alone. */
-int64
+static int64
 gm_preset_value(int preset, GmParam p)
 {
 	const GmPresetDef *def = &gm_presets[preset];
@@ -240,7 +240,7 @@ gm_dynamic_active(GmSource *why)
 }
 
 /* Call mallopt for every parameter whose effective value changed. */
-void
+static void
 gm_apply(void)
 {
 	if (!gucs_ready || !gm_malloc_is_glibc)

@@ -425,8 +425,8 @@ read_slot(GmSlot *slot, GmSnapshot *copy)
 }
 
 /* pg_stat_activity's rule: own roles' rows, or pg_read_all_stats. */
-bool
-gm_shmem_can_see(Oid roleid)
+static bool
+can_see(Oid roleid)
 {
 	return has_privs_of_role(GetUserId(), roleid) ||
 		has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_STATS);
@@ -511,7 +511,7 @@ gm_shmem_snapshots(GmSnapshot **snaps)
 	{
 		GmSnapshot *s = &(*snaps)[n];
 
-		if (read_slot(&shared->slots[i], s) && s->taken_at != 0 && gm_shmem_can_see(s->roleid))
+		if (read_slot(&shared->slots[i], s) && s->taken_at != 0 && can_see(s->roleid))
 			n++;
 	}
 	return n;
