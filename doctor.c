@@ -50,20 +50,11 @@ typedef struct GmDoctorRule
 	const char *action;			/* %d: the pid */
 } GmDoctorRule;
 
-/*
- * Free heap glibc keeps and that is still resident: what a trim returns.
- * glibc goes on counting pages a trim gave back as free, so free_bytes
- * alone would list a backend again right after its trim.  What is resident
- * is bounded by RssAnon minus the bytes in use minus the anonymous memory
- * that is not malloc's (measured at the backend's last release).
- */
+/* Free heap glibc keeps and that is still resident (see shmem.c). */
 static int64
 free_heap(const GmSnapshot *s)
 {
-	if (s->rss_anon_bytes < 0)
-		return s->free_bytes;
-	return Min(s->free_bytes,
-			   Max(s->rss_anon_bytes - s->in_use_bytes - s->anon_outside_malloc_bytes, 0));
+	return gm_snapshot_free_heap(s);
 }
 
 /* PostgreSQL's caches (relcache, catcache, plan caches): only a reconnect returns them. */
@@ -350,9 +341,11 @@ gm_doctor_transaction_end(void)
 /*
  * ExecutorEnd, before the nodes are shut down: the statement's executor
  * memory, for the view's peak and, when it reached the threshold, the log.
+ * Measured also when the caller asks (want); returns the bytes, or -1 when
+ * not measured.
  */
-void
-gm_doctor_statement_end(QueryDesc *queryDesc)
+int64
+gm_doctor_statement_end(QueryDesc *queryDesc, bool want)
 {
 	int64		bytes;
 	bool		started = false;
@@ -378,12 +371,12 @@ gm_doctor_statement_end(QueryDesc *queryDesc)
 	 */
 	if (queryDesc->estate == NULL || IsParallelWorker() ||
 		(queryDesc->estate->es_top_eflags & EXEC_FLAG_EXPLAIN_ONLY) ||
-		(log_min_executor_memory < 0 && !gm_shmem_publishing()))
-		return;
+		(log_min_executor_memory < 0 && !gm_shmem_publishing() && !want))
+		return -1;
 	bytes = (int64) MemoryContextMemAllocated(queryDesc->estate->es_query_cxt, true);
 	gm_shmem_note_executor(bytes);
 	if (log_min_executor_memory < 0 || bytes < (int64) log_min_executor_memory * 1024)
-		return;
+		return bytes;
 
 	initStringInfo(&delta);
 	gm_mallinfo(&mi);
@@ -411,4 +404,5 @@ gm_doctor_statement_end(QueryDesc *queryDesc)
 					context_used(queryDesc->estate->es_query_cxt) / 1024, bytes / 1024),
 			 errdetail_internal("log_min_executor_memory is %d kB; glibc %s", log_min_executor_memory, delta.data),
 			 errhidestmt(true)));
+	return bytes;
 }

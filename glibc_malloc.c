@@ -21,9 +21,11 @@
  *						point has not run yet; presets follow work_mem; the
  *						statement log notes glibc's heap
  *	statement end		(ExecutorEnd) the executor's memory, for the view's
- *						peak and the statement log
+ *						peak, the statement log, and whether it reused the
+ *						free heap (balanced releases what nobody reuses)
  *	transaction end		note what is pending: the preset's trim, the idle
- *						release, requests from other backends, the next
+ *						release, the release of memory not reused while
+ *						busy, requests from other backends, the next
  *						snapshot (in background processes, which have no
  *						idle point: do it now)
  *	idle point			(idle.c, signal context) do what is due, after the
@@ -70,7 +72,16 @@ static ExecutorEnd_hook_type prev_ExecutorEnd = NULL;
 static volatile sig_atomic_t pend_xact_trim = false;	/* the preset's trim */
 static volatile sig_atomic_t pend_release = false;	/* the idle release */
 static volatile sig_atomic_t pend_publish = false;	/* a skipped publish */
+static volatile sig_atomic_t pend_unused = false;	/* release of unused memory */
 static TimestampTz xact_end_at = 0; /* 0: not read yet */
+
+/*
+ * Reuse, for presets that also release busy backends' memory (see
+ * gm_reuse_bytes): when the last statement that used at least reuse_bytes
+ * of executor memory ended, and whether a release has run since.
+ */
+static TimestampTz reuse_end_at = 0;
+static volatile sig_atomic_t released_since_reuse = true;
 
 /*
  * The statement start of the last transaction end.  Transactions that
@@ -90,7 +101,8 @@ next_due(TimestampTz now)
 
 	if (gm_shmem_has_requests())
 		best = 0;
-	else if (pend_xact_trim && gm_xact_trim_wanted())
+	else if ((pend_xact_trim && gm_xact_trim_wanted()) ||
+			 (pend_unused && gm_reuse_bytes() > 0))
 		best = GM_XACT_TRIM_DELAY_MS;
 	if (pend_release && delay > 0 && xact_end_at != 0)
 	{
@@ -124,6 +136,22 @@ publish_if_due(TimestampTz at)
 }
 
 /*
+ * Release the free heap nobody reused for idle_release_delay, if the
+ * preset still says so; normal context or the idle point.
+ */
+static void
+release_unused(TimestampTz now)
+{
+	pend_unused = false;
+	if (gm_reuse_bytes() <= 0 || released_since_reuse)
+		return;
+	released_since_reuse = true;
+	gm_release_counted(GM_RELEASE_IDLE);
+	gm_shmem_publish(now);
+	pend_publish = false;
+}
+
+/*
  * The idle point (signal context, see idle.c): requests from other
  * backends, the preset's transaction-end trim, the idle release once its
  * delay has passed, and a publish skipped by stats_interval once it is due.
@@ -140,11 +168,14 @@ idle_point(TimestampTz now)
 		pend_xact_trim = false;
 		gm_xact_trim(false);
 	}
+	if (pend_unused)
+		release_unused(now);
 	if (pend_release && (delay <= 0 || xact_end_at == 0))
 		pend_release = false;
 	else if (pend_release && now >= xact_end_at + (int64) delay * 1000)
 	{
 		pend_release = false;
+		released_since_reuse = true;
 		gm_release_counted(GM_RELEASE_IDLE);
 		gm_shmem_publish(now);
 		pend_publish = false;
@@ -167,6 +198,7 @@ plan(void)
 	int64		ms;
 
 	if (!(pend_xact_trim && gm_xact_trim_wanted()) && !pend_publish &&
+		!(pend_unused && gm_reuse_bytes() > 0) &&
 		!gm_shmem_has_requests() && (!pend_release || gm_idle_delay(&source) <= 0))
 		return;
 	if (!gm_idle_enabled())
@@ -176,6 +208,8 @@ plan(void)
 			pend_xact_trim = false;
 			gm_xact_trim(false);
 		}
+		if (pend_unused)
+			release_unused(GetCurrentTimestamp());
 		return;
 	}
 	now = GetCurrentTimestamp();
@@ -207,6 +241,8 @@ statement_start(void)
 		gm_shmem_serve_requests(false);
 	if (pend_xact_trim && gm_xact_trim(true))
 		pend_xact_trim = false;
+	if (pend_unused)
+		release_unused(GetCurrentTimestamp());
 	/* The statement's start, not a clock read: this runs for every query. */
 	if (pend_publish)
 		publish_if_due(GetCurrentStatementStartTimestamp());
@@ -225,11 +261,22 @@ gm_ExecutorStart(QueryDesc *queryDesc, int eflags)
 		standard_ExecutorStart(queryDesc, eflags);
 }
 
-/* Measure the executor's memory before the nodes are shut down, then chain. */
+/*
+ * Measure the executor's memory before the nodes are shut down (for the
+ * view, the statement log, and whether the free heap was reused), then
+ * chain.  A clock read only after a statement that reused it.
+ */
 static void
 gm_ExecutorEnd(QueryDesc *queryDesc)
 {
-	gm_doctor_statement_end(queryDesc);
+	int64		reuse = gm_reuse_bytes();
+	int64		bytes = gm_doctor_statement_end(queryDesc, reuse > 0);
+
+	if (reuse > 0 && bytes >= reuse)
+	{
+		reuse_end_at = GetCurrentTimestamp();
+		released_since_reuse = false;
+	}
 	if (prev_ExecutorEnd)
 		prev_ExecutorEnd(queryDesc);
 	else
@@ -263,10 +310,21 @@ gm_xact_callback(XactEvent event, void *arg)
 			 */
 			if (GetCurrentStatementStartTimestamp() != last_statement_start)
 			{
+				GmSource	source;
+
 				last_statement_start = GetCurrentStatementStartTimestamp();
 				pend_release = true;
 				pend_xact_trim = true;
 				xact_end_at = 0;	/* plan() reads the clock if needed */
+
+				/*
+				 * Busy, but nothing reused the free heap for the delay: the
+				 * statement started that long after the last one that did.
+				 */
+				if (!released_since_reuse && reuse_end_at != 0 &&
+					last_statement_start - reuse_end_at >=
+					(int64) gm_idle_delay(&source) * 1000 && gm_reuse_bytes() > 0)
+					pend_unused = true;
 			}
 			if (gm_shmem_active())
 				pend_publish = gm_shmem_transaction_end(GetCurrentTimestamp());
@@ -287,9 +345,13 @@ _PG_init(void)
 	gm_define_gucs(plan);
 	gm_shmem_define_gucs();
 	gm_doctor_define_gucs();
+	gm_monitor_define_gucs();
 	MarkGUCPrefixReserved("glibc_malloc");
 	if (process_shared_preload_libraries_in_progress)
+	{
 		gm_shmem_init();
+		gm_monitor_register();
+	}
 
 	prev_ExecutorStart = ExecutorStart_hook;
 	ExecutorStart_hook = gm_ExecutorStart;

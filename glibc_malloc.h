@@ -22,8 +22,11 @@
  *	5. stats.c			SQL functions about the calling backend
  *	   doctor.c			what every backend's memory is and what would free it
  *						(glibc_malloc_doctor), and the statement log
- *						(log_min_executor_memory); beside stats.c, neither
- *						calls the other
+ *						(log_min_executor_memory)
+ *	   monitor.c		the memory monitor: a background worker that asks
+ *						backends to return free heap under memory pressure
+ *						or above glibc_malloc.max_total_free; stats.c,
+ *						doctor.c and monitor.c never call each other
  *	6. glibc_malloc.c	_PG_init, the hooks, and the only place that wires
  *						lifecycle events to the layers
  *
@@ -85,6 +88,9 @@ typedef struct GmPresetDef
 	int			idle_delay_ms;	/* idle release after this long; 0 = none */
 	int64		xact_trim_bytes;	/* trim after transactions once this much
 									 * more is free; 0 = never */
+	int64		reuse_bytes;	/* busy too: release once idle_delay passed
+								 * without a statement using this much
+								 * executor memory; 0 = idle only */
 } GmPresetDef;
 
 /*
@@ -175,6 +181,32 @@ typedef struct GmSnapshot
 	GmReleaseCount releases[GM_NRELEASE_KINDS];
 } GmSnapshot;
 
+/*
+ * The memory monitor's state (monitor.c), in shared memory (shmem.c); one
+ * writer, the monitor, under a change counter.
+ */
+#define GM_MONITOR_TEXT 256
+typedef struct GmMonitorState
+{
+	uint32		changecount;	/* odd while the monitor writes */
+	int			pid;			/* the monitor's, 0 = not running */
+	bool		enabled;		/* glibc_malloc.memory_monitor */
+	char		source[16];		/* cgroup v1, cgroup v2, system, none */
+	char		cgroup[GM_MONITOR_TEXT];	/* the directory read, or "" */
+	int64		limit_bytes;	/* -1 = no limit */
+	int64		usage_bytes;	/* -1 = unknown */
+	double		psi_some_avg10; /* -1 = unknown */
+	bool		under_pressure;
+	int64		total_free_bytes;	/* resident free heap of all backends */
+	TimestampTz checked_at;
+	int64		rounds;			/* rounds that asked backends */
+	int64		backends_asked;
+	int64		asked_bytes;	/* their free heap when asked */
+	int64		returned_bytes; /* their RssAnon drop once they served it */
+	char		last_action[GM_MONITOR_TEXT];
+	TimestampTz last_action_at; /* 0 = none yet */
+} GmMonitorState;
+
 /* 1. allocator.c */
 extern const GmParamInfo gm_params[GM_NPARAMS];
 extern const char *const gm_source_names[];
@@ -197,6 +229,7 @@ extern void gm_release_counted(GmReleaseKind kind);
 extern void gm_define_gucs(void (*on_change) (void));
 extern void gm_statement_start(void);
 extern bool gm_xact_trim_wanted(void);
+extern int64 gm_reuse_bytes(void);
 extern bool gm_xact_trim(bool busy);
 extern void gm_resolve(GmParam p, GmResolved *r);
 extern bool gm_dynamic_active(GmSource *frozen_by);
@@ -231,11 +264,19 @@ extern int	gm_shmem_snapshots(GmSnapshot **snaps);
 extern bool gm_shmem_may_trim(int pid);
 extern int	gm_shmem_idle_pids(int **pids);
 extern bool gm_pid_in(int pid, const int *pids, int n);
+extern int64 gm_snapshot_free_heap(const GmSnapshot *s);
+extern int	gm_shmem_all_snapshots(GmSnapshot **snaps);
+extern bool gm_shmem_ask_trim(int pid);
+extern GmMonitorState *gm_shmem_monitor(void);
+
+/* 5. monitor.c */
+extern void gm_monitor_define_gucs(void);
+extern void gm_monitor_register(void);
 
 /* 5. doctor.c (stats.c has no entry points of its own but SQL functions) */
 extern void gm_doctor_define_gucs(void);
 extern void gm_doctor_statement_start(QueryDesc *queryDesc);
-extern void gm_doctor_statement_end(QueryDesc *queryDesc);
+extern int64 gm_doctor_statement_end(QueryDesc *queryDesc, bool want);
 extern void gm_doctor_transaction_end(void);
 
 #endif							/* GLIBC_MALLOC_H */

@@ -50,13 +50,18 @@
  *	idle_delay_ms	return free memory once idle this long (0: never)
  *	xact_trim_bytes	return free memory after each transaction once this
  *					much more is free than after the last such trim (0: never)
+ *	reuse_bytes		busy backends too: return free memory once idle_delay
+ *					has passed since the last statement whose executor
+ *					memory reached this much (0: only when idle).  Memory
+ *					nobody reuses is released even if the backend never
+ *					goes idle for that long (pooled connections)
  */
 static const GmPresetDef gm_presets[] = {
-	/* name		rule			fixed_threshold	top_pad		idle_delay_ms	xact_trim_bytes */
-	{"default", GM_RULE_GLIBC, 0, -1, 0, 0},
-	{"greedy", GM_RULE_WORK_MEM, 0, -1, 0, 0},
-	{"frugal", GM_RULE_FIXED, 128 * 1024, 64 * 1024, 0, 1024 * 1024},
-	{"balanced", GM_RULE_WORK_MEM, 0, -1, 1000, 0},
+	/* name		rule			fixed_threshold	top_pad		idle_delay_ms	xact_trim_bytes	reuse_bytes */
+	{"default", GM_RULE_GLIBC, 0, -1, 0, 0, 0},
+	{"greedy", GM_RULE_WORK_MEM, 0, -1, 0, 0, 0},
+	{"frugal", GM_RULE_FIXED, 128 * 1024, 64 * 1024, 0, 1024 * 1024, 0},
+	{"balanced", GM_RULE_WORK_MEM, 0, -1, 1000, 0, 1024 * 1024},
 };
 
 #define GM_NPRESETS lengthof(gm_presets)
@@ -180,6 +185,21 @@ bool
 gm_xact_trim_wanted(void)
 {
 	return gm_malloc_is_glibc && gm_presets[cur_preset].xact_trim_bytes > 0;
+}
+
+/*
+ * The executor memory (bytes) that counts as reusing the free heap, when
+ * the preset also releases memory of busy backends after idle_delay; 0 when
+ * it does not (or the delay is off).  Plain reads only.
+ */
+int64
+gm_reuse_bytes(void)
+{
+	GmSource	source;
+
+	if (!gm_malloc_is_glibc || gm_idle_delay(&source) <= 0)
+		return 0;
+	return gm_presets[cur_preset].reuse_bytes;
 }
 
 /* Resolve parameter p's effective value and source. */

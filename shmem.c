@@ -71,6 +71,7 @@ typedef struct GmSlot
 
 typedef struct GmShared
 {
+	GmMonitorState monitor;		/* the memory monitor's (monitor.c) */
 	int			nslots;
 	GmSlot		slots[FLEXIBLE_ARRAY_MEMBER];
 } GmShared;
@@ -424,6 +425,29 @@ read_slot(GmSlot *slot, GmSnapshot *copy)
 	return copy->pid != 0;
 }
 
+/*
+ * Free heap glibc keeps and that is still resident: what a trim returns.
+ * glibc goes on counting pages a trim gave back as free, so free_bytes
+ * alone would list a backend again right after its trim.  What is resident
+ * is bounded by RssAnon minus the bytes in use minus the anonymous memory
+ * that is not malloc's (measured at the backend's last release).
+ */
+int64
+gm_snapshot_free_heap(const GmSnapshot *s)
+{
+	if (s->rss_anon_bytes < 0)
+		return s->free_bytes;
+	return Min(s->free_bytes,
+			   Max(s->rss_anon_bytes - s->in_use_bytes - s->anon_outside_malloc_bytes, 0));
+}
+
+/* The memory monitor's state, or NULL without shared memory. */
+GmMonitorState *
+gm_shmem_monitor(void)
+{
+	return shared ? &shared->monitor : NULL;
+}
+
 /* pg_stat_activity's rule: own roles' rows, or pg_read_all_stats. */
 static bool
 can_see(Oid roleid)
@@ -515,6 +539,35 @@ gm_shmem_snapshots(GmSnapshot **snaps)
 			n++;
 	}
 	return n;
+}
+
+/*
+ * Every published snapshot, with no privilege check and without claiming
+ * a slot: for the memory monitor, which has no role and no transaction.
+ * Returns how many, palloc'd in *snaps.
+ */
+int
+gm_shmem_all_snapshots(GmSnapshot **snaps)
+{
+	int			n = 0;
+
+	if (shared == NULL)
+		return 0;
+	*snaps = palloc(sizeof(GmSnapshot) * shared->nslots);
+	for (int i = 0; i < shared->nslots; i++)
+		if (read_slot(&shared->slots[i], &(*snaps)[n]) && (*snaps)[n].taken_at != 0)
+			n++;
+	return n;
+}
+
+/*
+ * The memory monitor's trim request: like glibc_malloc_trim_backend()'s,
+ * served at the target's next safe point; false if it has no slot.
+ */
+bool
+gm_shmem_ask_trim(int pid)
+{
+	return shared != NULL && send_request(pid, GM_REQ_TRIM | GM_REQ_PUBLISH);
 }
 
 /*

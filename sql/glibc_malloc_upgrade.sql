@@ -60,3 +60,10 @@ ALTER EXTENSION glibc_malloc UPDATE TO '1.3';
 SELECT idle_releases, remote_trims, remote_trimmed_bytes >= 0 AS bytes FROM glibc_malloc_stats();
 SELECT idle_releases, remote_trims FROM glibc_malloc_backends WHERE pid = pg_backend_pid();
 SELECT backends >= 1 AS ok, remote_trimmed_bytes >= 0 AS remote FROM glibc_malloc_summary;
+
+-- 1.3 to 1.4: the memory monitor's view.
+DROP EXTENSION glibc_malloc;
+CREATE EXTENSION glibc_malloc VERSION '1.3';
+SELECT count(*) FROM pg_class WHERE relname = 'glibc_malloc_monitor';
+ALTER EXTENSION glibc_malloc UPDATE TO '1.4';
+SELECT enabled, source IS NOT NULL AS reads, fraction FROM glibc_malloc_monitor;

@@ -1,0 +1,841 @@
+/*-------------------------------------------------------------------------
+ *
+ * monitor.c
+ *		The memory monitor: a background worker that asks backends to
+ *		return the free heap glibc keeps for them when the server's memory
+ *		runs short, before the OOM killer acts, and when all backends
+ *		together keep more than glibc_malloc.max_total_free.
+ *
+ * Started when the module is preloaded.  Every GM_MONITOR_TICK_MS it reads
+ * what limits the server's memory, from the cgroup of the postmaster (read
+ * again when it changes) or glibc_malloc.monitor_cgroup:
+ *
+ *	cgroup v2	memory.current against the lower of memory.high and
+ *				memory.max; memory.pressure's "some avg10"
+ *	cgroup v1	memory.usage_in_bytes against memory.limit_in_bytes
+ *	system		MemTotal - MemAvailable against MemTotal (/proc/meminfo);
+ *				/proc/pressure/memory's "some avg10"
+ *
+ * In a cgroup, the usage counts what the kernel cannot simply drop: the
+ * cgroup's usage minus its inactive file pages (memory.stat), the
+ * "working set" the Kubernetes kubelet uses.  A cgroup without a limit of
+ * its own is judged by the nearest ancestor that has one; without any, the
+ * system's memory is.
+ *
+ * It acts in proportion.  Pressure starts when the usage reaches
+ * glibc_malloc.monitor_fraction of the limit and ends below that fraction
+ * minus GM_MONITOR_HYSTERESIS; while it lasts, the monitor asks for the
+ * bytes above the lower mark.  PSI alone (glibc_malloc.monitor_psi) asks
+ * for half of the free heap, at most once per GM_MONITOR_PSI_ROUND_MS.
+ * The cap asks for what exceeds it.  Backends are asked largest holder
+ * first, through the remote-trim path (served at their idle point, or after
+ * their current transaction), and only until the bytes asked cover the
+ * need; a backend asked is not asked again until it has published a snapshot
+ * since, or GM_MONITOR_RETRY_MS passed.  Every round that asks logs, at LOG,
+ * how many backends, how many bytes and why; so does the end of pressure,
+ * with what the backends returned (their RssAnon drop).
+ *
+ * It reads only the published snapshots (shmem.c), so it needs neither a
+ * database connection nor a transaction; its state is in shared memory,
+ * for the glibc_malloc_monitor view.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/timestamp.h"
+
+#include "glibc_malloc.h"
+
+PGDLLEXPORT void glibc_malloc_monitor_main(Datum arg);
+
+#define MB ((int64) 1024 * 1024)
+
+#define GM_MONITOR_TICK_MS		250 /* how often the limits are read */
+#define GM_MONITOR_HYSTERESIS	0.05	/* pressure ends this far below */
+#define GM_MONITOR_PSI_ROUND_MS 10000	/* PSI's avg10 needs 10 s to move */
+#define GM_MONITOR_RETRY_MS		5000	/* ask a silent backend again */
+#define GM_MONITOR_MIN_FREE		(256 * 1024)	/* not worth a trim below */
+#define GM_MONITOR_MAX_ASKED	1024	/* backends tracked after asking */
+
+/* GUCs (SIGHUP: the monitor is server-wide policy). */
+static bool monitor_enabled = true;
+static double monitor_fraction = 0.9;
+static double monitor_psi = 10.0;
+static int	max_total_free = -1;	/* kB */
+static char *monitor_cgroup = NULL;
+
+/* What limits the server's memory. */
+typedef enum GmLimitSource
+{
+	GM_LIMIT_NONE,				/* nothing readable */
+	GM_LIMIT_SYSTEM,
+	GM_LIMIT_CGROUP_V1,
+	GM_LIMIT_CGROUP_V2
+} GmLimitSource;
+
+static const char *const limit_source_names[] = {"none", "system", "cgroup v1", "cgroup v2"};
+
+/* One reading. */
+typedef struct GmLimits
+{
+	GmLimitSource source;
+	int64		limit;			/* -1 = none */
+	int64		usage;			/* -1 = unknown */
+	double		psi;			/* some avg10, -1 = unknown */
+} GmLimits;
+
+/* Where to read (the monitor's process-local state). */
+static GmLimitSource source = GM_LIMIT_NONE;
+static char cgroup_dir[MAXPGPATH];	/* where usage and pressure are read */
+static char limit_dir[MAXPGPATH];	/* where the limit is read */
+static char cgroup_seen[1024];	/* the postmaster's /proc/PID/cgroup */
+static char cgroup_guc_seen[MAXPGPATH];
+static bool detected = false;
+
+/* Backends asked and not heard from yet. */
+typedef struct GmAsked
+{
+	int			pid;
+	TimestampTz asked_at;
+	int64		rss_before;
+} GmAsked;
+
+static GmAsked asked[GM_MONITOR_MAX_ASKED];
+static int	nasked = 0;
+
+/* Pressure bookkeeping. */
+static bool pressure = false;
+static TimestampTz pressure_since = 0;
+static int64 pressure_returned = 0;
+static int64 returned_total = 0;	/* the view's returned_bytes */
+static int	pressure_rounds = 0;
+static TimestampTz last_psi_round = 0;
+
+/* Read a small file into buf (NUL-terminated); false if it cannot be read. */
+static bool
+read_text(const char *path, char *buf, size_t size)
+{
+	int			fd = open(path, O_RDONLY);
+	ssize_t		n = 0;
+	ssize_t		r;
+
+	if (fd < 0)
+		return false;
+	while (n < (ssize_t) size - 1 && (r = read(fd, buf + n, size - 1 - n)) > 0)
+		n += r;
+	close(fd);
+	buf[n] = '\0';
+	return n > 0;
+}
+
+/* A byte count from a cgroup file: -1 for "max" or unreadable. */
+static int64
+read_bytes(const char *dir, const char *file)
+{
+	char		path[MAXPGPATH];
+	char		buf[64];
+	char	   *end;
+	int64		v;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, file);
+	if (!read_text(path, buf, sizeof(buf)) || strncmp(buf, "max", 3) == 0)
+		return -1;
+	errno = 0;
+	v = strtoll(buf, &end, 10);
+	if (errno != 0 || end == buf || v < 0)
+		return -1;
+	/* cgroup v1 says "no limit" with PAGE_COUNTER_MAX pages. */
+	if (v >= ((int64) 1 << 60))
+		return -1;
+	return v;
+}
+
+/* The value of "key N" in a memory.stat-style or meminfo-style file; -1 if absent. */
+static int64
+read_key(const char *path, const char *key)
+{
+	char		buf[8192];
+	size_t		klen = strlen(key);
+
+	if (!read_text(path, buf, sizeof(buf)))
+		return -1;
+	for (char *line = buf; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
+	{
+		if (strncmp(line, key, klen) == 0 && (line[klen] == ' ' || line[klen] == ':'))
+		{
+			char	   *p = line + klen + 1;
+
+			while (*p == ' ')
+				p++;
+			return strtoll(p, NULL, 10);
+		}
+	}
+	return -1;
+}
+
+/* PSI's "some avg10=" from a pressure file, in percent; -1 if unreadable. */
+static double
+read_psi(const char *path)
+{
+	char		buf[512];
+	char	   *p;
+
+	if (!read_text(path, buf, sizeof(buf)) || strncmp(buf, "some", 4) != 0 ||
+		(p = strstr(buf, "avg10=")) == NULL)
+		return -1;
+	return strtod(p + 6, NULL);
+}
+
+/* Whether dir/file exists. */
+static bool
+has_file(const char *dir, const char *file)
+{
+	char		path[MAXPGPATH];
+
+	snprintf(path, sizeof(path), "%s/%s", dir, file);
+	return access(path, R_OK) == 0;
+}
+
+/* The cgroup version whose memory files dir holds (2, 1), or 0. */
+static GmLimitSource
+cgroup_kind(const char *dir)
+{
+	if (has_file(dir, "memory.max") && has_file(dir, "memory.current"))
+		return GM_LIMIT_CGROUP_V2;
+	if (has_file(dir, "memory.limit_in_bytes") && has_file(dir, "memory.usage_in_bytes"))
+		return GM_LIMIT_CGROUP_V1;
+	return GM_LIMIT_NONE;
+}
+
+/* The limit in dir of a cgroup of the given kind, -1 = none. */
+static int64
+cgroup_limit(GmLimitSource kind, const char *dir)
+{
+	int64		max;
+	int64		high;
+
+	if (kind == GM_LIMIT_CGROUP_V1)
+		return read_bytes(dir, "memory.limit_in_bytes");
+	max = read_bytes(dir, "memory.max");
+	high = read_bytes(dir, "memory.high");
+	if (max < 0 || (high >= 0 && high < max))
+		return high;
+	return max;
+}
+
+/*
+ * From a cgroup directory, the nearest directory at or above it (up to
+ * top) that has a limit, into limit_dir; false when none has.
+ */
+static bool
+find_limit(GmLimitSource kind, const char *dir, const char *top)
+{
+	char		d[MAXPGPATH];
+
+	strlcpy(d, dir, sizeof(d));
+	strlcpy(limit_dir, dir, sizeof(limit_dir));
+	for (;;)
+	{
+		char	   *slash;
+
+		if (cgroup_kind(d) == kind && cgroup_limit(kind, d) >= 0)
+		{
+			strlcpy(limit_dir, d, sizeof(limit_dir));
+			return true;
+		}
+		if (strlen(d) <= strlen(top) || (slash = strrchr(d, '/')) == NULL || slash == d)
+			return false;
+		*slash = '\0';
+	}
+}
+
+/*
+ * Find where the postmaster's memory is accounted: its cgroup v2 if the
+ * memory controller is on there, else its cgroup v1 memory cgroup, else the
+ * whole system.  pg_cgroup is the postmaster's /proc/PID/cgroup.
+ */
+static void
+detect_auto(const char *pg_cgroup)
+{
+	char		mountinfo[65536];
+	char		v1path[MAXPGPATH] = "";
+	char		v2path[MAXPGPATH] = "";
+	bool		have_v1 = false;
+	bool		have_v2 = false;
+
+	/* "hierarchy:controllers:path" lines */
+	for (const char *line = pg_cgroup; line && *line;)
+	{
+		const char *c1 = strchr(line, ':');
+		const char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+		const char *eol = strchr(line, '\n');
+		int			len;
+
+		if (c2 == NULL || (eol && c2 > eol))
+			break;
+		len = (eol ? eol : line + strlen(line)) - (c2 + 1);
+		if (c2 == c1 + 1 && strncmp(line, "0:", 2) == 0)
+		{
+			snprintf(v2path, sizeof(v2path), "%.*s", len, c2 + 1);
+			have_v2 = true;
+		}
+		else
+		{
+			char		ctl[256];
+
+			snprintf(ctl, sizeof(ctl), ",%.*s,", (int) (c2 - c1 - 1), c1 + 1);
+			if (strstr(ctl, ",memory,"))
+			{
+				snprintf(v1path, sizeof(v1path), "%.*s", len, c2 + 1);
+				have_v1 = true;
+			}
+		}
+		line = eol ? eol + 1 : NULL;
+	}
+
+	source = GM_LIMIT_SYSTEM;
+	strlcpy(cgroup_dir, "", sizeof(cgroup_dir));
+	if (!read_text("/proc/self/mountinfo", mountinfo, sizeof(mountinfo)))
+		return;
+
+	/* The mount points: "id parent maj:min root mountpoint opts ... - fstype src superopts" */
+	for (int pass = 2; pass >= 1; pass--)
+	{
+		if ((pass == 2 && !have_v2) || (pass == 1 && !have_v1))
+			continue;
+		for (char *line = mountinfo; line && *line;)
+		{
+			char	   *eol = strchr(line, '\n');
+			char		root[MAXPGPATH];
+			char		mnt[MAXPGPATH];
+			char		fstype[32];
+			char		superopts[512] = "";
+			char	   *dash;
+			const char *rel = pass == 2 ? v2path : v1path;
+
+			if (eol)
+				*eol = '\0';
+			dash = strstr(line, " - ");
+			if (dash && sscanf(line, "%*s %*s %*s %1023s %1023s", root, mnt) == 2 &&
+				sscanf(dash + 3, "%31s %*s %511s", fstype, superopts) >= 1 &&
+				((pass == 2 && strcmp(fstype, "cgroup2") == 0) ||
+				 (pass == 1 && strcmp(fstype, "cgroup") == 0 &&
+				  strstr(superopts, "memory") != NULL)))
+			{
+				char		dir[MAXPGPATH];
+				size_t		rlen = strlen(root);
+
+				/* A namespaced mount shows the cgroup's path below its root. */
+				if (strcmp(root, "/") != 0 && strncmp(rel, root, rlen) == 0)
+					rel += rlen;
+				snprintf(dir, sizeof(dir), "%s%s", mnt, strcmp(rel, "/") == 0 ? "" : rel);
+				if (eol)
+					*eol = '\n';
+				if (cgroup_kind(dir) == (pass == 2 ? GM_LIMIT_CGROUP_V2 : GM_LIMIT_CGROUP_V1) &&
+					find_limit(pass == 2 ? GM_LIMIT_CGROUP_V2 : GM_LIMIT_CGROUP_V1, dir, mnt))
+				{
+					source = pass == 2 ? GM_LIMIT_CGROUP_V2 : GM_LIMIT_CGROUP_V1;
+					strlcpy(cgroup_dir, dir, sizeof(cgroup_dir));
+					return;
+				}
+			}
+			else if (eol)
+				*eol = '\n';
+			line = eol ? eol + 1 : NULL;
+		}
+	}
+}
+
+/*
+ * Work out where to read, when glibc_malloc.monitor_cgroup or the
+ * postmaster's cgroup changed.  A configured directory is used as it is.
+ */
+static void
+detect(void)
+{
+	char		pg_cgroup[sizeof(cgroup_seen)];
+	char		path[64];
+	const char *guc = monitor_cgroup ? monitor_cgroup : "";
+
+	snprintf(path, sizeof(path), "/proc/%d/cgroup", (int) PostmasterPid);
+	if (!read_text(path, pg_cgroup, sizeof(pg_cgroup)))
+		pg_cgroup[0] = '\0';
+	if (detected && strcmp(pg_cgroup, cgroup_seen) == 0 && strcmp(guc, cgroup_guc_seen) == 0)
+		return;
+	detected = true;
+	strlcpy(cgroup_seen, pg_cgroup, sizeof(cgroup_seen));
+	strlcpy(cgroup_guc_seen, guc, sizeof(cgroup_guc_seen));
+
+	if (guc[0] != '\0')
+	{
+		source = cgroup_kind(guc);
+		strlcpy(cgroup_dir, guc, sizeof(cgroup_dir));
+		strlcpy(limit_dir, guc, sizeof(limit_dir));
+		if (source == GM_LIMIT_NONE)
+			ereport(LOG,
+					(errmsg("glibc_malloc memory monitor: \"%s\" holds no cgroup memory files", guc),
+					 errhint("Set glibc_malloc.monitor_cgroup to a cgroup v2 directory (memory.current, memory.max) or a cgroup v1 memory directory (memory.usage_in_bytes, memory.limit_in_bytes), or to '' to find the server's own.")));
+	}
+	else
+		detect_auto(pg_cgroup);
+	ereport(DEBUG1,
+			(errmsg_internal("glibc_malloc memory monitor: reading %s %s (limit from %s)",
+							 limit_source_names[source], cgroup_dir, limit_dir)));
+}
+
+/* Read the current limit, usage and pressure. */
+static void
+read_limits(GmLimits *l)
+{
+	char		path[MAXPGPATH];
+
+	l->source = source;
+	l->limit = -1;
+	l->usage = -1;
+	l->psi = -1;
+	if (source == GM_LIMIT_CGROUP_V1 || source == GM_LIMIT_CGROUP_V2)
+	{
+		bool		v1 = source == GM_LIMIT_CGROUP_V1;
+		int64		inactive;
+
+		l->limit = cgroup_limit(source, limit_dir);
+		l->usage = read_bytes(limit_dir, v1 ? "memory.usage_in_bytes" : "memory.current");
+		snprintf(path, sizeof(path), "%s/memory.stat", limit_dir);
+		inactive = read_key(path, v1 ? "total_inactive_file" : "inactive_file");
+		if (l->usage >= 0 && inactive > 0)
+			l->usage = Max(l->usage - inactive, 0);
+		snprintf(path, sizeof(path), "%s/memory.pressure", cgroup_dir);
+		l->psi = v1 ? -1 : read_psi(path);
+		if (l->psi < 0)
+			l->psi = read_psi("/proc/pressure/memory");
+	}
+	else if (source == GM_LIMIT_SYSTEM)
+	{
+		int64		total = read_key("/proc/meminfo", "MemTotal");
+		int64		avail = read_key("/proc/meminfo", "MemAvailable");
+
+		if (total > 0 && avail >= 0)
+		{
+			l->limit = total * 1024;
+			l->usage = (total - avail) * 1024;
+		}
+		l->psi = read_psi("/proc/pressure/memory");
+	}
+}
+
+/* Bytes as "N MB" (or kB below 10 MB), into a static buffer per call site. */
+static const char *
+fmt_bytes(char *buf, size_t size, int64 bytes)
+{
+	if (bytes >= 10 * MB || bytes <= -10 * MB)
+		snprintf(buf, size, INT64_FORMAT " MB", bytes / MB);
+	else
+		snprintf(buf, size, INT64_FORMAT " kB", bytes / 1024);
+	return buf;
+}
+
+/* Record the backends that served a request (they published since) or went silent. */
+static void
+settle_asked(const GmSnapshot *snaps, int n, TimestampTz now)
+{
+	int			keep = 0;
+
+	for (int i = 0; i < nasked; i++)
+	{
+		const GmSnapshot *s = NULL;
+
+		for (int j = 0; j < n && s == NULL; j++)
+			if (snaps[j].pid == asked[i].pid)
+				s = &snaps[j];
+		if (s != NULL && s->taken_at > asked[i].asked_at)
+		{
+			if (s->rss_anon_bytes >= 0 && asked[i].rss_before > s->rss_anon_bytes)
+			{
+				int64		drop = asked[i].rss_before - s->rss_anon_bytes;
+
+				pressure_returned += drop;
+				returned_total += drop;
+			}
+			continue;
+		}
+		if (s == NULL || now - asked[i].asked_at >= (int64) GM_MONITOR_RETRY_MS * 1000)
+			continue;
+		asked[keep++] = asked[i];
+	}
+	nasked = keep;
+}
+
+/* Whether pid was asked and has not answered yet. */
+static bool
+is_asked(int pid)
+{
+	for (int i = 0; i < nasked; i++)
+		if (asked[i].pid == pid)
+			return true;
+	return false;
+}
+
+/* qsort: largest resident free heap first. */
+static int
+cmp_free_desc(const void *a, const void *b)
+{
+	int64		x = gm_snapshot_free_heap((const GmSnapshot *) a);
+	int64		y = gm_snapshot_free_heap((const GmSnapshot *) b);
+
+	return (x < y) - (x > y);
+}
+
+/*
+ * Ask the largest holders of free heap, not asked already, to return it,
+ * until the bytes asked cover need; log what was asked and why.
+ */
+static void
+ask_backends(GmSnapshot *snaps, int n, int64 need, const char *why, TimestampTz now)
+{
+	GmMonitorState *st = gm_shmem_monitor();
+	int			count = 0;
+	int64		bytes = 0;
+	char		b1[32];
+	char		b2[32];
+
+	qsort(snaps, n, sizeof(GmSnapshot), cmp_free_desc);
+	for (int i = 0; i < n && bytes < need && nasked < GM_MONITOR_MAX_ASKED; i++)
+	{
+		int64		f = gm_snapshot_free_heap(&snaps[i]);
+
+		if (f < GM_MONITOR_MIN_FREE)
+			break;
+		if (snaps[i].pid == MyProcPid || is_asked(snaps[i].pid) ||
+			!gm_shmem_ask_trim(snaps[i].pid))
+			continue;
+		asked[nasked].pid = snaps[i].pid;
+		asked[nasked].asked_at = now;
+		asked[nasked].rss_before = snaps[i].rss_anon_bytes;
+		nasked++;
+		count++;
+		bytes += f;
+	}
+	if (count == 0)
+		return;
+
+	st->changecount++;
+	pg_write_barrier();
+	st->rounds++;
+	st->backends_asked += count;
+	st->asked_bytes += bytes;
+	snprintf(st->last_action, sizeof(st->last_action),
+			 "asked %d backends to return %s of free heap: %s",
+			 count, fmt_bytes(b1, sizeof(b1), bytes), why);
+	st->last_action_at = now;
+	pg_write_barrier();
+	st->changecount++;
+	pressure_rounds++;
+	ereport(LOG,
+			(errmsg("glibc_malloc memory monitor: asked %d backends to return %s of free heap",
+					count, fmt_bytes(b2, sizeof(b2), bytes)),
+			 errdetail_internal("%s", why)));
+}
+
+/* One look at the limits and the snapshots; act if needed. */
+static void
+monitor_tick(void)
+{
+	GmMonitorState *st = gm_shmem_monitor();
+	TimestampTz now = GetCurrentTimestamp();
+	GmLimits	l;
+	GmSnapshot *snaps = NULL;
+	int			n;
+	int64		total_free = 0;
+	int64		need = 0;
+	char		why[GM_MONITOR_TEXT] = "";
+	char		b1[32],
+				b2[32],
+				b3[32];
+
+	detect();
+	read_limits(&l);
+	n = gm_shmem_all_snapshots(&snaps);
+	for (int i = 0; i < n; i++)
+		total_free += gm_snapshot_free_heap(&snaps[i]);
+	settle_asked(snaps, n, now);
+
+	if (monitor_enabled && l.limit > 0 && l.usage >= 0)
+	{
+		double		frac = (double) l.usage / l.limit;
+		double		low = Max(monitor_fraction - GM_MONITOR_HYSTERESIS, 0);
+
+		if (!pressure && frac >= monitor_fraction)
+		{
+			pressure = true;
+			pressure_since = now;
+			pressure_returned = 0;
+			pressure_rounds = 0;
+		}
+		else if (pressure && frac < low)
+		{
+			ereport(LOG,
+					(errmsg("glibc_malloc memory monitor: memory pressure over after %.1f s: %s usage %s is %.0f%% of the %s limit",
+							(double) (now - pressure_since) / USECS_PER_SEC,
+							limit_source_names[l.source], fmt_bytes(b1, sizeof(b1), l.usage),
+							100 * frac, fmt_bytes(b2, sizeof(b2), l.limit)),
+					 errdetail_internal("%d rounds; the backends asked returned %s.",
+										pressure_rounds, fmt_bytes(b3, sizeof(b3), pressure_returned))));
+			pressure = false;
+		}
+		if (pressure)
+		{
+			need = l.usage - (int64) (low * l.limit);
+			snprintf(why, sizeof(why), "%s memory usage %s is %.0f%% of its %s limit (acting at %.0f%%, until below %.0f%%)",
+					 limit_source_names[l.source], fmt_bytes(b1, sizeof(b1), l.usage), 100 * frac,
+					 fmt_bytes(b2, sizeof(b2), l.limit), 100 * monitor_fraction, 100 * low);
+		}
+	}
+	else if (!monitor_enabled)
+		pressure = false;
+
+	if (monitor_enabled && need <= 0 && monitor_psi > 0 && l.psi >= monitor_psi &&
+		(last_psi_round == 0 || now - last_psi_round >= (int64) GM_MONITOR_PSI_ROUND_MS * 1000))
+	{
+		need = total_free / 2;
+		last_psi_round = now;
+		snprintf(why, sizeof(why), "memory pressure: PSI some avg10 is %.1f%% (acting at %.1f%%); asking for half of the %s of free heap",
+				 l.psi, monitor_psi, fmt_bytes(b1, sizeof(b1), total_free));
+	}
+	if (monitor_enabled && max_total_free >= 0 && total_free > (int64) max_total_free * 1024 &&
+		total_free - (int64) max_total_free * 1024 > need)
+	{
+		need = total_free - (int64) max_total_free * 1024;
+		snprintf(why, sizeof(why), "all backends keep %s of free heap, more than glibc_malloc.max_total_free (%s)",
+				 fmt_bytes(b1, sizeof(b1), total_free),
+				 fmt_bytes(b2, sizeof(b2), (int64) max_total_free * 1024));
+	}
+	if (need > 0)
+		ask_backends(snaps, n, need, why, now);
+
+	st->changecount++;
+	pg_write_barrier();
+	st->pid = MyProcPid;
+	st->enabled = monitor_enabled;
+	strlcpy(st->source, limit_source_names[l.source], sizeof(st->source));
+	strlcpy(st->cgroup, l.source == GM_LIMIT_CGROUP_V1 || l.source == GM_LIMIT_CGROUP_V2 ? limit_dir : "",
+			sizeof(st->cgroup));
+	st->limit_bytes = l.limit;
+	st->usage_bytes = l.usage;
+	st->psi_some_avg10 = l.psi;
+	st->under_pressure = pressure;
+	st->total_free_bytes = total_free;
+	st->returned_bytes = returned_total;
+	st->checked_at = now;
+	pg_write_barrier();
+	st->changecount++;
+	if (snaps)
+		pfree(snaps);
+}
+
+/* on_shmem_exit: the view shows the monitor as not running. */
+static void
+monitor_exit(int code, Datum arg)
+{
+	GmMonitorState *st = gm_shmem_monitor();
+
+	if (st == NULL)
+		return;
+	st->changecount++;
+	pg_write_barrier();
+	st->pid = 0;
+	pg_write_barrier();
+	st->changecount++;
+}
+
+/* The background worker's entry point. */
+void
+glibc_malloc_monitor_main(Datum arg)
+{
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+	if (gm_shmem_monitor() == NULL)
+		proc_exit(0);
+	on_shmem_exit(monitor_exit, (Datum) 0);
+
+	for (;;)
+	{
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending)
+		{
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+		}
+		monitor_tick();
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 GM_MONITOR_TICK_MS, PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+}
+
+/* Register the monitor; from _PG_init while preloading. */
+void
+gm_monitor_register(void)
+{
+	BackgroundWorker worker;
+
+	memset(&worker, 0, sizeof(worker));
+	worker.bgw_flags = BGWORKER_SHMEM_ACCESS;
+	worker.bgw_start_time = BgWorkerStart_PostmasterStart;
+	worker.bgw_restart_time = 10;
+	strlcpy(worker.bgw_library_name, "glibc_malloc", BGW_MAXLEN);
+	strlcpy(worker.bgw_function_name, "glibc_malloc_monitor_main", BGW_MAXLEN);
+	strlcpy(worker.bgw_name, "glibc_malloc memory monitor", BGW_MAXLEN);
+	strlcpy(worker.bgw_type, "glibc_malloc memory monitor", BGW_MAXLEN);
+	RegisterBackgroundWorker(&worker);
+}
+
+/* Check hook for glibc_malloc.monitor_cgroup: an absolute path or ''. */
+static bool
+check_monitor_cgroup(char **newval, void **extra, GucSource src)
+{
+	if (*newval && (*newval)[0] != '\0' && (*newval)[0] != '/')
+	{
+		GUC_check_errdetail("glibc_malloc.monitor_cgroup must be an absolute path, or empty to use the server's own cgroup.");
+		return false;
+	}
+	if (*newval && strlen(*newval) >= MAXPGPATH - 32)
+	{
+		GUC_check_errdetail("The path is too long.");
+		return false;
+	}
+	return true;
+}
+
+/* Define the monitor's GUCs; from _PG_init, preloaded or not. */
+void
+gm_monitor_define_gucs(void)
+{
+	DefineCustomBoolVariable("glibc_malloc.memory_monitor",
+							 "Asks backends to return their free malloc memory when the server's memory runs short or glibc_malloc.max_total_free is exceeded.",
+							 "Needs shared_preload_libraries. The monitor reads the server's cgroup (v2 or v1), or the whole system's memory without one.",
+							 &monitor_enabled,
+							 true,
+							 PGC_SIGHUP,
+							 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomRealVariable("glibc_malloc.monitor_fraction",
+							 "The memory monitor acts when memory usage reaches this fraction of the limit.",
+							 "The limit is the cgroup's memory.high or memory.max (v2), memory.limit_in_bytes (v1), or MemTotal. It stops 0.05 below.",
+							 &monitor_fraction,
+							 0.9, 0.1, 1.0,
+							 PGC_SIGHUP,
+							 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomRealVariable("glibc_malloc.monitor_psi",
+							 "The memory monitor also acts when memory pressure (PSI some avg10, in percent) reaches this (0: ignore PSI).",
+							 "It then asks for half of the backends' free heap, at most every 10 s.",
+							 &monitor_psi,
+							 10.0, 0.0, 100.0,
+							 PGC_SIGHUP,
+							 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomIntVariable("glibc_malloc.max_total_free",
+							"Caps the free malloc memory all backends keep together; the memory monitor asks the largest holders to return the rest (-1: no cap).",
+							"Enforced from the published snapshots (glibc_malloc.stats_interval).",
+							&max_total_free,
+							-1, -1, INT_MAX,
+							PGC_SIGHUP,
+							GUC_UNIT_KB,
+							NULL, NULL, NULL);
+
+	DefineCustomStringVariable("glibc_malloc.monitor_cgroup",
+							   "The cgroup directory whose memory the monitor watches (empty: the postmaster's own cgroup).",
+							   "A cgroup v2 directory (memory.current, memory.max, memory.high, memory.pressure) or a cgroup v1 memory directory (memory.usage_in_bytes, memory.limit_in_bytes).",
+							   &monitor_cgroup,
+							   "",
+							   PGC_SIGHUP,
+							   0,
+							   check_monitor_cgroup, NULL, NULL);
+}
+
+PG_FUNCTION_INFO_V1(glibc_malloc_monitor);
+
+/* glibc_malloc_monitor(): the monitor's state, one row. */
+Datum
+glibc_malloc_monitor(PG_FUNCTION_ARGS)
+{
+	GmMonitorState *st = gm_shmem_monitor();
+	GmMonitorState c;
+	TupleDesc	tupdesc;
+	Datum		values[18];
+	bool		nulls[18] = {0};
+	int			j = 0;
+
+	if (st == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("glibc_malloc must be loaded via shared_preload_libraries to run the memory monitor")));
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	if (tupdesc->natts != lengthof(values))
+		elog(ERROR, "incorrect number of output arguments");
+
+	for (;;)
+	{
+		uint32		before = st->changecount;
+
+		pg_read_barrier();
+		memcpy(&c, st, sizeof(c));
+		pg_read_barrier();
+		if (before == st->changecount && (before & 1) == 0)
+			break;
+		CHECK_FOR_INTERRUPTS();
+	}
+
+	values[j] = Int32GetDatum(c.pid);
+	nulls[j++] = c.pid == 0;
+	values[j++] = BoolGetDatum(monitor_enabled);
+	values[j] = CStringGetTextDatum(c.source);
+	nulls[j++] = c.checked_at == 0;
+	values[j] = CStringGetTextDatum(c.cgroup);
+	nulls[j++] = c.cgroup[0] == '\0';
+	values[j] = Int64GetDatum(c.limit_bytes);
+	nulls[j++] = c.limit_bytes < 0 || c.checked_at == 0;
+	values[j] = Int64GetDatum(c.usage_bytes);
+	nulls[j++] = c.usage_bytes < 0 || c.checked_at == 0;
+	values[j] = Float8GetDatum(monitor_fraction);
+	nulls[j++] = false;
+	values[j] = Float8GetDatum(c.psi_some_avg10);
+	nulls[j++] = c.psi_some_avg10 < 0 || c.checked_at == 0;
+	values[j++] = BoolGetDatum(c.under_pressure);
+	values[j] = Int64GetDatum(c.total_free_bytes);
+	nulls[j++] = c.checked_at == 0;
+	values[j] = Int64GetDatum((int64) max_total_free * 1024);
+	nulls[j++] = max_total_free < 0;
+	values[j++] = Int64GetDatum(c.rounds);
+	values[j++] = Int64GetDatum(c.backends_asked);
+	values[j++] = Int64GetDatum(c.asked_bytes);
+	values[j++] = Int64GetDatum(c.returned_bytes);
+	values[j] = CStringGetTextDatum(c.last_action);
+	nulls[j++] = c.last_action_at == 0;
+	values[j] = TimestampTzGetDatum(c.last_action_at);
+	nulls[j++] = c.last_action_at == 0;
+	values[j] = TimestampTzGetDatum(c.checked_at);
+	nulls[j++] = c.checked_at == 0;
+	Assert(j == lengthof(values));
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}
