@@ -539,15 +539,16 @@ ask_backends(GmSnapshot *snaps, int n, int64 need, const char *why, TimestampTz 
 	st->backends_asked += count;
 	st->asked_bytes += bytes;
 	snprintf(st->last_action, sizeof(st->last_action),
-			 "asked %d backends to return %s of free heap: %s",
-			 count, fmt_bytes(b1, sizeof(b1), bytes), why);
+			 "asked %d %s to return %s of free heap: %s",
+			 count, count == 1 ? "backend" : "backends", fmt_bytes(b1, sizeof(b1), bytes), why);
 	st->last_action_at = now;
 	pg_write_barrier();
 	st->changecount++;
 	pressure_rounds++;
 	ereport(LOG,
-			(errmsg("glibc_malloc memory monitor: asked %d backends to return %s of free heap",
-					count, fmt_bytes(b2, sizeof(b2), bytes)),
+			(errmsg_plural("glibc_malloc memory monitor: asked %d backend to return %s of free heap",
+						   "glibc_malloc memory monitor: asked %d backends to return %s of free heap",
+						   count, count, fmt_bytes(b2, sizeof(b2), bytes)),
 			 errdetail_internal("%s", why)));
 }
 

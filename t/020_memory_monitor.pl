@@ -1,0 +1,244 @@
+# The memory monitor: a background worker that reads the server's memory
+# limit (cgroup v2, cgroup v1, or the system) and asks backends to return
+# their free heap under pressure and above glibc_malloc.max_total_free.
+# The cgroup files here are real-format copies in a directory named by
+# glibc_malloc.monitor_cgroup; t/021 runs the server in a real cgroup.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use GlibcMallocTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my $MB = 2**20;
+my $node = new_node('monitor', "work_mem = '32MB'\nglibc_malloc.preset = 'greedy'\n");
+my $big_sort = workload('big_sort');
+my $dir = PostgreSQL::Test::Utils::tempdir;
+
+# The monitor's state, as a hash.
+sub monitor
+{
+	my $row = $node->safe_psql('postgres',
+		"SELECT row_to_json(m) FROM glibc_malloc_monitor m");
+	my %m = $row =~ /"(\w+)":("(?:[^"\\]|\\.)*"|[^,}]+)/g;
+	s/^"|"$//g for values %m;
+	$_ eq 'null' and $_ = undef for values %m;
+	return \%m;
+}
+
+# Write files into a directory, as the kernel formats them.
+sub write_files
+{
+	my ($d, %files) = @_;
+	mkdir $d;
+	while (my ($f, $v) = each %files)
+	{
+		open my $fh, '>', "$d/$f" or die "$d/$f: $!";
+		print $fh $v;
+		close $fh;
+	}
+}
+
+# A cgroup v2 directory with usage, limits and pressure.
+sub cgroup_v2
+{
+	my ($d, %o) = @_;
+	write_files($d,
+		'memory.current' => "$o{current}\n",
+		'memory.max' => ($o{max} // 'max') . "\n",
+		'memory.high' => ($o{high} // 'max') . "\n",
+		'memory.stat' => "anon 1000000\nfile 5000\nkernel 3000\nactive_anon 100\ninactive_anon 900\n"
+		  . "active_file 1000\ninactive_file " . ($o{inactive_file} // 0) . "\nunevictable 0\n",
+		'memory.pressure' => sprintf("some avg10=%.2f avg60=0.00 avg300=0.00 total=12345\n"
+			  . "full avg10=0.00 avg60=0.00 avg300=0.00 total=678\n", $o{psi} // 0));
+}
+
+# Point the monitor at a directory (or '' for the server's own) and wait
+# until it has read it.
+sub watch
+{
+	my ($d) = @_;
+	$node->safe_psql('postgres', "ALTER SYSTEM SET glibc_malloc.monitor_cgroup = '$d'; SELECT pg_reload_conf()");
+	my $since = $node->safe_psql('postgres', 'SELECT now()');
+	wait_for(sub { $node->safe_psql('postgres', "SELECT checked_at > '$since' FROM glibc_malloc_monitor") eq 't' }, 5);
+}
+
+# A greedy session that ran two big sorts and went idle: about 13 MB of
+# free heap.  Returns it and its pid, once its snapshot shows the free heap.
+sub holder
+{
+	my $s = $node->background_psql('postgres');
+	my $pid = $s->query_safe('SELECT pg_backend_pid()');
+	$s->query_safe("$big_sort; $big_sort");
+	$s->query_safe('SELECT 1');
+	wait_for(sub { $node->safe_psql('postgres', "SELECT free_bytes > 8 * 2^20 FROM glibc_malloc_backends WHERE pid = $pid") eq 't' }, 5);
+	return ($s, $pid);
+}
+
+sub remote_trims
+{
+	my ($pid) = @_;
+	return $node->safe_psql('postgres', "SELECT remote_trims FROM glibc_malloc_backends WHERE pid = $pid");
+}
+
+# It runs, as its own process.
+my $m = monitor();
+ok($m->{pid} && -d "/proc/$m->{pid}", 'the monitor runs');
+like(slurp_file("/proc/$m->{pid}/cmdline"), qr/glibc_malloc memory monitor/, 'as a background worker of its own');
+is($m->{enabled}, 'true', 'on by default');
+like($m->{source}, qr/^(system|cgroup v[12])$/, "it reads the server's memory limit ($m->{source})");
+ok($m->{limit_bytes} > 0 && $m->{usage_bytes} > 0, 'with a limit and a usage');
+
+# No pressure, no cap: it never trims.
+my ($s1, $pid1) = holder();
+sleep 1;
+$m = monitor();
+is($m->{under_pressure}, 'false', 'no pressure on this machine');
+is($m->{rounds}, 0, 'no pressure, no cap: no round');
+is(remote_trims($pid1), 0, 'and the greedy backend keeps its free heap');
+ok($m->{total_free_bytes} > 8 * $MB, sprintf('it sees the free heap (%.1f MB)', $m->{total_free_bytes} / $MB));
+
+# cgroup v2 under its limit: usage minus inactive file pages.
+cgroup_v2("$dir/v2", current => 950 * $MB, max => 1000 * $MB, inactive_file => 200 * $MB);
+watch("$dir/v2");
+$m = monitor();
+is($m->{source}, 'cgroup v2', 'memory.max and memory.current: cgroup v2');
+is($m->{cgroup}, "$dir/v2", 'the directory configured');
+is($m->{limit_bytes}, 1000 * $MB, 'the limit from memory.max');
+is($m->{usage_bytes}, 750 * $MB, 'the usage is memory.current minus inactive_file');
+is($m->{under_pressure}, 'false', '75%: no pressure');
+is(remote_trims($pid1), 0, 'nothing trimmed');
+
+# memory.high below memory.max is the limit; 95% of it is pressure.
+my $log_offset = -s $node->logfile;
+cgroup_v2("$dir/v2", current => 855 * $MB, high => 900 * $MB, max => 1000 * $MB);
+ok(wait_for(sub { remote_trims($pid1) >= 1 }, 5), 'at 95% of memory.high the monitor trims the greedy backend');
+$m = monitor();
+is($m->{limit_bytes}, 900 * $MB, 'memory.high, being lower, is the limit');
+is($m->{under_pressure}, 'true', 'under pressure');
+ok($m->{rounds} >= 1 && $m->{backends_asked} >= 1, "a round that asked ($m->{rounds}, $m->{backends_asked})");
+like($m->{last_action}, qr/cgroup v2 memory usage 855 MB is 95% of its 900 MB limit/, 'the last action says why');
+ok(wait_for(sub { monitor()->{returned_bytes} > 8 * $MB }, 3), 'what the backend returned is measured');
+my $log = slurp_file($node->logfile, $log_offset);
+like($log, qr/LOG:  glibc_malloc memory monitor: asked \d+ backends? to return \d+ [kM]B of free heap\n.*DETAIL:  cgroup v2 memory usage 855 MB is 95% of its 900 MB limit \(acting at 90%, until below 85%\)/,
+	'logged at LOG: how many backends, how many bytes, and why');
+
+# The pressure ends below 85% (hysteresis), not at 90%.
+cgroup_v2("$dir/v2", current => 783 * $MB, high => 900 * $MB);	# 87%
+sleep 1;
+is(monitor()->{under_pressure}, 'true', '87%: still under pressure (ends below 85%)');
+cgroup_v2("$dir/v2", current => 720 * $MB, high => 900 * $MB);	# 80%
+ok(wait_for(sub { monitor()->{under_pressure} eq 'false' }, 3), '80%: the pressure is over');
+ok(wait_for(sub { slurp_file($node->logfile, $log_offset) =~ /memory pressure over after [\d.]+ s: cgroup v2 usage 720 MB is 80% of the 900 MB limit/ }, 3),
+	'and that is logged');
+like(slurp_file($node->logfile, $log_offset), qr/DETAIL:  \d+ rounds; the backends asked returned \d+ [kM]B\./, 'with what the backends returned');
+
+# It asks only for what is needed, largest holder first: 91 MB of a
+# 100 MB limit needs 6 MB back (to 85%), which one holder covers.
+my ($s2, $pid2) = holder();
+my ($s3, $pid3) = holder();
+my %before = map { $_ => remote_trims($_) } ($pid1, $pid2, $pid3);
+$log_offset = -s $node->logfile;
+cgroup_v2("$dir/v2", current => 91 * $MB, max => 100 * $MB);
+ok(wait_for(sub { slurp_file($node->logfile, $log_offset) =~ /asked \d+ backends?/ }, 3), 'pressure again at 91%');
+cgroup_v2("$dir/v2", current => 10 * $MB, max => 100 * $MB);
+like(slurp_file($node->logfile, $log_offset), qr/asked 1 backend to return \d+ [kM]B of free heap\n.*DETAIL:  cgroup v2 memory usage 91 MB is 91% of its 100 MB limit/,
+	'a need of 6 MB asks one backend, not all three');
+ok(wait_for(sub { monitor()->{under_pressure} eq 'false' }, 3), 'over again');
+
+# PSI alone, without a limit: half of the free heap, once per 10 s.
+$_->query_safe("$big_sort; $big_sort; SELECT 1") for ($s1, $s2, $s3);
+sleep 1.5;
+%before = map { $_ => remote_trims($_) } ($pid1, $pid2, $pid3);
+cgroup_v2("$dir/psi", current => 900 * $MB, psi => 25);
+watch("$dir/psi");
+ok(wait_for(sub { grep { remote_trims($_) > $before{$_} } ($pid1, $pid2, $pid3) }, 3), 'PSI some avg10 25%: a round');
+$m = monitor();
+is($m->{limit_bytes}, undef, 'memory.max "max": no limit');
+is($m->{psi_some_avg10}, 25, 'PSI read from memory.pressure');
+like($m->{last_action}, qr/PSI some avg10 is 25.0% \(acting at 10.0%\)/, 'the round says why');
+my $trimmed = grep { remote_trims($_) > $before{$_} } ($pid1, $pid2, $pid3);
+ok($trimmed >= 1 && $trimmed <= 2, "half of the free heap: $trimmed of 3 backends asked");
+
+# cgroup v1.
+write_files("$dir/v1",
+	'memory.usage_in_bytes' => 500 * $MB . "\n",
+	'memory.limit_in_bytes' => 9223372036854771712 . "\n",
+	'memory.stat' => "cache 1000\nrss 2000\ntotal_cache 0\ntotal_inactive_file " . 100 * $MB . "\n");
+watch("$dir/v1");
+$m = monitor();
+is($m->{source}, 'cgroup v1', 'memory.limit_in_bytes: cgroup v1');
+is($m->{limit_bytes}, undef, "v1's page-counter maximum means no limit");
+write_files("$dir/v1", 'memory.limit_in_bytes' => 1000 * $MB . "\n");
+ok(wait_for(sub { (monitor()->{limit_bytes} // 0) == 1000 * $MB }, 3), 'a v1 limit is read');
+is(monitor()->{usage_bytes}, 400 * $MB, 'the usage is usage_in_bytes minus total_inactive_file');
+
+# Turned off, it reads but never acts.
+my $rounds = monitor()->{rounds};
+$node->safe_psql('postgres', "ALTER SYSTEM SET glibc_malloc.memory_monitor = off; SELECT pg_reload_conf()");
+write_files("$dir/v1", 'memory.usage_in_bytes' => 1100 * $MB . "\n");
+sleep 1.5;
+$m = monitor();
+is($m->{enabled}, 'false', 'memory_monitor = off');
+is($m->{rounds}, $rounds, 'off: no round even over the limit');
+$node->safe_psql('postgres', "ALTER SYSTEM RESET glibc_malloc.memory_monitor; SELECT pg_reload_conf()");
+write_files("$dir/v1", 'memory.usage_in_bytes' => 100 * $MB . "\n");
+
+# Bad values are refused and change nothing.
+my $auto = slurp_file($node->data_dir . '/postgresql.auto.conf');
+my ($ret, $out, $err) = $node->psql('postgres', "ALTER SYSTEM SET glibc_malloc.monitor_cgroup = 'relative/dir'");
+like($err, qr/invalid value for parameter "glibc_malloc.monitor_cgroup".*\n.*DETAIL:  glibc_malloc.monitor_cgroup must be an absolute path/, 'a relative cgroup path is refused');
+($ret, $out, $err) = $node->psql('postgres', "ALTER SYSTEM SET glibc_malloc.monitor_fraction = 1.5");
+like($err, qr/1.5 is outside the valid range for parameter "glibc_malloc.monitor_fraction"/, 'a fraction above 1 is refused');
+is(slurp_file($node->data_dir . '/postgresql.auto.conf'), $auto, 'and nothing was written');
+($ret, $out, $err) = $node->psql('postgres', "SET glibc_malloc.max_total_free = '64MB'");
+like($err, qr/cannot be changed now/, 'the cap is server-wide (sighup)');
+
+# A configured directory without memory files: logged, read as none.
+watch("$dir");
+is(monitor()->{source}, 'none', 'a directory without cgroup files reads as none');
+like(slurp_file($node->logfile, $log_offset), qr/LOG:  glibc_malloc memory monitor: "\Q$dir\E" holds no cgroup memory files/, 'and says so');
+watch('');
+$_->quit for ($s1, $s2, $s3);
+
+# The cap: sixteen greedy backends keep about 150 MB of free heap together;
+# with max_total_free = 64MB, they keep at most 64 MB plus one backend's
+# worth within 2 s of going idle, in the view and in /proc.
+$node->safe_psql('postgres', "ALTER SYSTEM SET glibc_malloc.max_total_free = '64MB'; SELECT pg_reload_conf()");
+my (@sessions, @pids, %start);
+for (1 .. 16)
+{
+	my $s = $node->background_psql('postgres');
+	my $pid = $s->query_safe('SELECT pg_backend_pid()');
+	$start{$pid} = rss_anon($pid);
+	push @sessions, $s;
+	push @pids, $pid;
+}
+$_->query_safe("$big_sort; $big_sort; SELECT 1") for @sessions;
+my $done = time;
+my $list = join ',', @pids;
+my $one = 16 * $MB;		# one backend's worth: more than any of them holds
+my $sum_free = sub {
+	$node->safe_psql('postgres', "SELECT sum(least(free_bytes, greatest(rss_anon_bytes - in_use_bytes, 0))) FROM glibc_malloc_backends WHERE pid IN ($list)");
+};
+my $proc_free = sub { my $t = 0; $t += rss_anon($_) - $start{$_} for @pids; $t };
+ok(wait_for(sub { monitor()->{total_free_bytes} <= 64 * $MB + $one && $proc_free->() <= 64 * $MB + $one }, 2),
+	'within 2 s: at most 64 MB plus one backend of free heap');
+note sprintf('%.1f s after the sorts: monitor total %.1f MB, view %.1f MB, RssAnon growth in /proc %.1f MB',
+	time - $done, monitor()->{total_free_bytes} / $MB, $sum_free->() / $MB, $proc_free->() / $MB);
+cmp_ok($sum_free->(), '<=', 64 * $MB + $one, 'the view agrees');
+my $summary = $node->safe_psql('postgres', 'SELECT free_bytes FROM glibc_malloc_summary');
+cmp_ok($summary, '<=', 64 * $MB + $one + 8 * $MB, 'and glibc_malloc_summary');
+my $asked = grep { remote_trims($_) > 0 } @pids;
+ok($asked >= 6 && $asked < 16, "the largest holders were asked, not all ($asked of 16)");
+like(slurp_file($node->logfile, $log_offset), qr/all backends keep \d+ MB of free heap, more than glibc_malloc.max_total_free \(64 MB\)/,
+	'the cap rounds say why');
+$_->quit for @sessions;
+
+# Only the refusals above are errors.
+my @bad = grep { /\b(ERROR|FATAL|PANIC):|terminated by signal/ && !/monitor_cgroup": "relative|outside the valid range for parameter "glibc_malloc.monitor_fraction"|"glibc_malloc.max_total_free" cannot be changed now/ }
+  split /\n/, slurp_file($node->logfile);
+is_deeply(\@bad, [], 'no other errors, no crashes in the server log');
+done_testing();
