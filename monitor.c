@@ -7,8 +7,9 @@
  *		together keep more than glibc_malloc.max_total_free.
  *
  * Started when the module is preloaded.  Every GM_MONITOR_TICK_MS it reads
- * what limits the server's memory, from the cgroup of the postmaster (read
- * again when it changes) or glibc_malloc.monitor_cgroup:
+ * what limits the server's memory, from the cgroup of the postmaster (found
+ * again when it changes, and every GM_MONITOR_REDETECT_MS) or
+ * glibc_malloc.monitor_cgroup:
  *
  *	cgroup v2	memory.current against the lower of memory.high and
  *				memory.max; memory.pressure's "some avg10"
@@ -71,6 +72,7 @@ PGDLLEXPORT void glibc_malloc_monitor_main(Datum arg);
 #define GM_MONITOR_RETRY_MS		5000	/* ask a silent backend again */
 #define GM_MONITOR_MIN_FREE		(256 * 1024)	/* not worth a trim below */
 #define GM_MONITOR_MAX_ASKED	1024	/* backends tracked after asking */
+#define GM_MONITOR_REDETECT_MS	10000	/* look for a new limit this often */
 
 /* GUCs (SIGHUP: the monitor is server-wide policy). */
 static bool monitor_enabled = true;
@@ -105,7 +107,7 @@ static char cgroup_dir[MAXPGPATH];	/* where usage and pressure are read */
 static char limit_dir[MAXPGPATH];	/* where the limit is read */
 static char cgroup_seen[1024];	/* the postmaster's /proc/PID/cgroup */
 static char cgroup_guc_seen[MAXPGPATH];
-static bool detected = false;
+static TimestampTz detected_at = 0;	/* 0: never */
 
 /* Backends asked and not heard from yet. */
 typedef struct GmAsked
@@ -375,9 +377,12 @@ detect(void)
 	snprintf(path, sizeof(path), "/proc/%d/cgroup", (int) PostmasterPid);
 	if (!read_text(path, pg_cgroup, sizeof(pg_cgroup)))
 		pg_cgroup[0] = '\0';
-	if (detected && strcmp(pg_cgroup, cgroup_seen) == 0 && strcmp(guc, cgroup_guc_seen) == 0)
+	/* Again when something changed, and now and then: a limit set later. */
+	if (detected_at != 0 && strcmp(pg_cgroup, cgroup_seen) == 0 &&
+		strcmp(guc, cgroup_guc_seen) == 0 &&
+		GetCurrentTimestamp() - detected_at < (int64) GM_MONITOR_REDETECT_MS * 1000)
 		return;
-	detected = true;
+	detected_at = GetCurrentTimestamp();
 	strlcpy(cgroup_seen, pg_cgroup, sizeof(cgroup_seen));
 	strlcpy(cgroup_guc_seen, guc, sizeof(cgroup_guc_seen));
 

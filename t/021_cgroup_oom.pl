@@ -1,0 +1,123 @@
+# A real memory cgroup (v1 here): the postmaster runs in one whose limit a
+# fleet of greedy backends exceeds while frugal ones fit.  60 connections
+# each run a 1M-row sort, one after another, and then stay busy with light
+# queries.  Without the memory monitor the kernel's OOM killer ends a
+# backend (and PostgreSQL its server); with it, the same run completes.
+#
+# Needs a cgroup v1 memory directory writable by the test's user, named by
+# GM_TEST_CGROUP_V1: scripts/test (as root) makes one and removes it.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use GlibcMallocTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(time usleep);
+
+my $cg = $ENV{GM_TEST_CGROUP_V1};
+plan skip_all => 'needs a writable cgroup v1 memory directory in GM_TEST_CGROUP_V1 (scripts/test makes one when run as root)'
+  unless $cg && -w "$cg/cgroup.procs" && -w "$cg/memory.limit_in_bytes";
+
+my $MB = 2**20;
+my $limit = ($ENV{GM_TEST_OOM_LIMIT_MB} // 400) * $MB;
+my $connections = 60;
+my $big_sort = workload('big_sort');
+
+sub write_file
+{
+	my ($path, $value) = @_;
+	open my $fh, '>', $path or die "$path: $!";
+	print $fh "$value\n";
+	close $fh or die "$path: $!";
+}
+
+sub read_file { my $v = slurp_file($_[0]); chomp $v; return $v }
+
+my $node = new_node('oom', "work_mem = '32MB'\nglibc_malloc.preset = 'greedy'\n", no_start => 1);
+
+# Start the server and move its postmaster into the cgroup: the backends it
+# forks from now on are charged there.  The limit is set first.
+sub start_in_cgroup
+{
+	my ($monitor) = @_;
+	$node->append_conf('postgresql.conf', "glibc_malloc.memory_monitor = $monitor\n");
+	$node->start;
+	write_file("$cg/memory.limit_in_bytes", $limit);
+	write_file("$cg/memory.max_usage_in_bytes", 0);
+	write_file("$cg/cgroup.procs", postmaster_pid());
+	$node->safe_psql('postgres', 'CREATE EXTENSION IF NOT EXISTS glibc_malloc');
+}
+
+# The first line of postmaster.pid.
+sub postmaster_pid
+{
+	return (split /\n/, slurp_file($node->data_dir . '/postmaster.pid'))[0];
+}
+
+# The fleet: each connection sorts once, then every connection so far runs
+# a light query.  Returns how many connections completed their sort and
+# the error that stopped it, if any.  Bounded: at most 180 s.
+sub fleet
+{
+	my @sessions;
+	my $done = 0;
+	my $deadline = time + 180;
+	my $error = '';
+	eval {
+		for my $i (1 .. $connections)
+		{
+			die "timed out after $done connections\n" if time > $deadline;
+			my $s = $node->background_psql('postgres', on_error_stop => 1);
+			push @sessions, $s;
+			$s->query_safe($big_sort);
+			$done++;
+			$_->query_safe('SELECT 1') for @sessions;
+		}
+		# Stay busy a little longer, as pooled connections do.
+		for (1 .. 5)
+		{
+			$_->query_safe('SELECT 1') for @sessions;
+			usleep(300_000);
+		}
+		1;
+	} or $error = $@ || 'unknown error';
+	eval { $_->quit } for @sessions;
+	return ($done, $error);
+}
+
+# 1. Without the monitor: the OOM killer acts.
+start_in_cgroup('off');
+my $offset = -s $node->logfile;
+my ($done, $error) = fleet();
+my $log = slurp_file($node->logfile, $offset);
+note sprintf('without the monitor: %d of %d connections sorted before: %s; peak usage %.0f MB of %.0f MB',
+	$done, $connections, $error =~ s/\n.*//sr, read_file("$cg/memory.max_usage_in_bytes") / $MB, $limit / $MB);
+ok($done < $connections, "without the monitor the fleet does not complete ($done of $connections)");
+like($log, qr/server process \(PID \d+\) was terminated by signal 9: Killed/, 'the server log shows a backend killed by signal 9 (the OOM killer)');
+cmp_ok(read_file("$cg/memory.failcnt"), '>', 0, 'the cgroup hit its limit');
+like(read_file("$cg/memory.oom_control"), qr/oom_kill [1-9]/, 'and the kernel counted an OOM kill in it');
+# restart_after_crash is off in tests: the postmaster shuts down.
+wait_for(sub { !-f $node->data_dir . '/postmaster.pid' }, 10);
+$node->stop('immediate', fail_ok => 1);
+
+# 2. With the monitor: the same run completes.
+write_file("$cg/memory.failcnt", 0);
+my $kills = (read_file("$cg/memory.oom_control") =~ /oom_kill (\d+)/)[0] // 0;
+start_in_cgroup('on');
+$offset = -s $node->logfile;
+($done, $error) = fleet();
+$log = slurp_file($node->logfile, $offset);
+my $m = $node->safe_psql('postgres', "SELECT source || ' ' || limit_bytes || ' ' || rounds || ' ' || backends_asked || ' ' || returned_bytes FROM glibc_malloc_monitor");
+note sprintf('with the monitor: %d of %d connections; peak usage %.0f MB of %.0f MB; monitor: %s',
+	$done, $connections, read_file("$cg/memory.max_usage_in_bytes") / $MB, $limit / $MB, $m);
+is($done, $connections, 'with the monitor the fleet completes') or diag $error;
+is($error, '', 'no connection failed');
+unlike($log, qr/terminated by signal 9/, 'no backend was killed');
+unlike($log, qr/all server processes terminated; reinitializing|database system was interrupted/, 'no restart');
+is((read_file("$cg/memory.oom_control") =~ /oom_kill (\d+)/)[0] // 0, $kills, 'the kernel counted no new OOM kill');
+like($m, qr/^cgroup v1 $limit [1-9]\d* [1-9]\d* [1-9]\d*$/, 'the monitor read the cgroup v1 limit and asked backends, which returned memory');
+like($log, qr/LOG:  glibc_malloc memory monitor: asked \d+ backends? to return \d+ [kM]B of free heap\n.*DETAIL:  cgroup v1 memory usage \d+ MB is \d+% of its \d+ MB limit/,
+	"the monitor's log lines show what it asked for and why");
+$node->stop;
+done_testing();
