@@ -34,16 +34,21 @@ for my $key (qw(glibc module greedy frugal balanced tunables jemalloc tcmalloc))
 	}
 	cmp_ok($c{$key}{idle_rss_max} // 0, '>', 0, "$key: largest idle RssAnon");
 	cmp_ok($c{$key}{fleet_rss_total} // 0, '>', 0, "$key: fleet RssAnon");
+	cmp_ok($c{$key}{busy_rss_total} // 0, '>', 0, "$key: busy-light fleet RssAnon");
+	cmp_ok($c{$key}{busy_idle_rss_total} // 0, '>', 0, "$key: busy-light fleet RssAnon once idle");
 	ok(defined $c{$key}{syscalls_per_query}, "$key: syscalls per query");
 }
-cmp_ok($c{$_}{select_tps}{median} // 0, '>', 0, "$_: pgbench -S median") for qw(glibc module greedy frugal balanced publish0 stmtlog);
+cmp_ok($c{$_}{select_tps}{median} // 0, '>', 0, "$_: pgbench -S median") for qw(glibc module greedy frugal balanced publish0 stmtlog nomonitor);
+ok(defined $c{$_}{monitor_rounds}, "$_: the memory monitor's rounds are counted") for qw(module greedy frugal balanced nomonitor);
+ok(!defined $c{glibc}{monitor_rounds}, 'not where the module is not loaded');
 is($c{glibc}{sort_tps}{ratio}, 1, 'ratios are against glibc defaults');
-is(scalar @{ $r->{targets} }, 6, 'balanced and publishing are checked against their six targets');
+is(scalar @{ $r->{targets} }, 9, 'balanced, publishing and the monitor are checked against their nine targets');
 cmp_ok($r->{trim_floor} // 0, '>', 0, 'the malloc_trim floor is measured');
 
 my $report = slurp_file($md);
 like($report, qr/^\| configuration \| seed sort TPS \|/m, 'the report has the main table');
 like($report, qr/balanced against its targets/, 'and the targets');
+like($report, qr/^### Busy-light fleet: 4 connections/m, 'and the busy-light fleet');
 open my $fh, '<:raw', $png or die;
 read $fh, my $magic, 8;
 is($magic, "\x89PNG\r\n\x1a\n", 'the chart is a PNG');
