@@ -4,7 +4,9 @@
 \echo Use "ALTER EXTENSION glibc_malloc UPDATE TO '1.4'" to load this file. \quit
 
 -- The memory monitor's state: what limits the server's memory, how much is
--- used, and what the monitor last did.  Server-wide, like pg_stat_bgwriter.
+-- used, and what the monitor last did.  It sums the free heap of every
+-- role's backends and names the server's cgroup, so, like the other rows of
+-- other roles, it is for pg_read_all_stats (pg_monitor) and superusers.
 CREATE FUNCTION glibc_malloc_monitor(
     OUT pid integer,
     OUT enabled boolean,
@@ -31,8 +33,14 @@ LANGUAGE C STRICT VOLATILE PARALLEL RESTRICTED;
 COMMENT ON FUNCTION glibc_malloc_monitor() IS
 'The memory monitor: the limit it sees, the usage, and what it last did';
 
+REVOKE ALL ON FUNCTION glibc_malloc_monitor() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION glibc_malloc_monitor() TO pg_read_all_stats;
+
 CREATE VIEW glibc_malloc_monitor AS
   SELECT * FROM glibc_malloc_monitor();
+
+REVOKE ALL ON glibc_malloc_monitor FROM PUBLIC;
+GRANT SELECT ON glibc_malloc_monitor TO pg_read_all_stats;
 
 COMMENT ON VIEW glibc_malloc_monitor IS
 'The memory monitor: the limit it sees, the usage, and what it last did';

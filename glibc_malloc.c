@@ -11,9 +11,11 @@
  *
  * Loaded but unused, it never calls mallopt; it costs a few comparisons per
  * query and per transaction end.  When preloaded (and stats_interval is not
- * -1) add, per query, a walk of the query's few memory contexts at
- * ExecutorEnd (peak_executor_bytes), and per transaction end a clock read;
- * a snapshot at most once per glibc_malloc.stats_interval.
+ * -1), or under balanced, add per query a walk of the query's few memory
+ * contexts at ExecutorEnd (peak_executor_bytes; whether the free heap was
+ * reused); when preloaded, per transaction end a clock read, a snapshot at
+ * most once per glibc_malloc.stats_interval, and the memory monitor's
+ * process (monitor.c).
  *
  * This file is the only place that wires lifecycle events:
  *
@@ -142,8 +144,12 @@ publish_if_due(TimestampTz at)
 static void
 release_unused(TimestampTz now)
 {
+	GmSource	source;
+
 	pend_unused = false;
-	if (gm_reuse_bytes() <= 0 || released_since_reuse)
+	/* With the settings after the transaction's GUC rollback. */
+	if (gm_reuse_bytes() <= 0 || released_since_reuse ||
+		last_statement_start - reuse_end_at < (int64) gm_idle_delay(&source) * 1000)
 		return;
 	released_since_reuse = true;
 	gm_release_counted(GM_RELEASE_IDLE);

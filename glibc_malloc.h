@@ -191,8 +191,10 @@ typedef struct GmMonitorState
 	uint32		changecount;	/* odd while the monitor writes */
 	int			pid;			/* the monitor's, 0 = not running */
 	bool		enabled;		/* glibc_malloc.memory_monitor */
+	double		fraction;		/* glibc_malloc.monitor_fraction */
+	int64		max_total_free; /* glibc_malloc.max_total_free, bytes; -1 */
 	char		source[16];		/* cgroup v1, cgroup v2, system, none */
-	char		cgroup[GM_MONITOR_TEXT];	/* the directory read, or "" */
+	char		cgroup[MAXPGPATH];	/* the directory read, or "" */
 	int64		limit_bytes;	/* -1 = no limit */
 	int64		usage_bytes;	/* -1 = unknown */
 	double		psi_some_avg10; /* -1 = unknown */
@@ -265,7 +267,8 @@ extern bool gm_shmem_may_trim(int pid);
 extern int	gm_shmem_idle_pids(int **pids);
 extern bool gm_pid_in(int pid, const int *pids, int n);
 extern int64 gm_snapshot_free_heap(const GmSnapshot *s);
-extern int	gm_shmem_all_snapshots(GmSnapshot **snaps);
+extern int	gm_shmem_slot_count(void);
+extern int	gm_shmem_all_snapshots(GmSnapshot *snaps);
 extern bool gm_shmem_ask_trim(int pid);
 extern GmMonitorState *gm_shmem_monitor(void);
 

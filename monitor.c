@@ -18,8 +18,9 @@
  *				/proc/pressure/memory's "some avg10"
  *
  * In a cgroup, the usage counts what the kernel cannot simply drop: the
- * cgroup's usage minus its inactive file pages (memory.stat), the
- * "working set" the Kubernetes kubelet uses.  A cgroup without a limit of
+ * cgroup's usage minus its file pages (active_file and inactive_file in
+ * memory.stat), so that a page cache filling the container is not taken
+ * for pressure; shared memory (shared_buffers) and anonymous memory count.  A cgroup without a limit of
  * its own is judged by the nearest ancestor that has one; without any, the
  * system's memory is.
  *
@@ -58,6 +59,7 @@
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 
 #include "glibc_malloc.h"
@@ -73,6 +75,7 @@ PGDLLEXPORT void glibc_malloc_monitor_main(Datum arg);
 #define GM_MONITOR_MIN_FREE		(256 * 1024)	/* not worth a trim below */
 #define GM_MONITOR_MAX_ASKED	1024	/* backends tracked after asking */
 #define GM_MONITOR_REDETECT_MS	10000	/* look for a new limit this often */
+#define GM_MONITOR_LOG_MS		10000	/* log rounds of one episode this often */
 
 /* GUCs (SIGHUP: the monitor is server-wide policy). */
 static bool monitor_enabled = true;
@@ -105,7 +108,8 @@ typedef struct GmLimits
 static GmLimitSource source = GM_LIMIT_NONE;
 static char cgroup_dir[MAXPGPATH];	/* where usage and pressure are read */
 static char limit_dir[MAXPGPATH];	/* where the limit is read */
-static char cgroup_seen[1024];	/* the postmaster's /proc/PID/cgroup */
+static char cgroup_seen[16384];	/* the postmaster's /proc/PID/cgroup */
+static bool truncated_logged = false;
 static char cgroup_guc_seen[MAXPGPATH];
 static TimestampTz detected_at = 0;	/* 0: never */
 
@@ -127,6 +131,16 @@ static int64 pressure_returned = 0;
 static int64 returned_total = 0;	/* the view's returned_bytes */
 static int	pressure_rounds = 0;
 static TimestampTz last_psi_round = 0;
+static bool over_cap = false;		/* the cap was exceeded at the last look */
+
+/* Rounds not logged yet (see ask_backends). */
+static TimestampTz last_log_at = 0;
+static int	quiet_rounds = 0;
+static int	quiet_count = 0;
+static int64 quiet_bytes = 0;
+
+/* The snapshots, read every tick into memory allocated once. */
+static GmSnapshot *snaps = NULL;
 
 /* Read a small file into buf (NUL-terminated); false if it cannot be read. */
 static bool
@@ -266,15 +280,84 @@ find_limit(GmLimitSource kind, const char *dir, const char *top)
 	}
 }
 
+/* Decode mountinfo's octal escapes (\040 for a space) in place. */
+static void
+unescape(char *str)
+{
+	char	   *out = str;
+
+	for (char *in = str; *in; in++)
+	{
+		if (in[0] == '\\' && in[1] >= '0' && in[1] <= '3' && in[2] >= '0' && in[2] <= '7' &&
+			in[3] >= '0' && in[3] <= '7')
+		{
+			*out++ = (char) ((in[1] - '0') * 64 + (in[2] - '0') * 8 + (in[3] - '0'));
+			in += 3;
+		}
+		else
+			*out++ = *in;
+	}
+	*out = '\0';
+}
+
+/*
+ * The directory of the cgroup at path rel (as /proc/PID/cgroup gives it)
+ * in the first mount of fstype (with the memory controller, for v1) whose
+ * root contains it; false if none is mounted here.
+ */
+static bool
+cgroup_mount_dir(bool v2, const char *rel, char *dir, size_t size)
+{
+	FILE	   *f = fopen("/proc/self/mountinfo", "r");
+	char		line[4096];
+	bool		found = false;
+
+	if (f == NULL)
+		return false;
+	/* "id parent maj:min root mountpoint opts [optional...] - fstype source superopts" */
+	while (!found && fgets(line, sizeof(line), f) != NULL)
+	{
+		char		root[MAXPGPATH];
+		char		mnt[MAXPGPATH];
+		char		fstype[32];
+		char		superopts[512] = "";
+		char	   *dash = strstr(line, " - ");
+		const char *r = rel;
+		size_t		rlen;
+
+		if (dash == NULL || sscanf(line, "%*s %*s %*s %1023s %1023s", root, mnt) != 2 ||
+			sscanf(dash + 3, "%31s %*s %511s", fstype, superopts) < 1)
+			continue;
+		if (v2 ? strcmp(fstype, "cgroup2") != 0 :
+			(strcmp(fstype, "cgroup") != 0 || strstr(superopts, "memory") == NULL))
+			continue;
+		unescape(root);
+		unescape(mnt);
+
+		/* A namespaced mount shows the cgroup's path below its root. */
+		rlen = strlen(root);
+		if (strcmp(root, "/") != 0)
+		{
+			if (strncmp(rel, root, rlen) != 0 || (rel[rlen] != '/' && rel[rlen] != '\0'))
+				continue;
+			r = rel + rlen;
+		}
+		snprintf(dir, size, "%s%s", mnt, strcmp(r, "/") == 0 ? "" : r);
+		found = true;
+	}
+	fclose(f);
+	return found;
+}
+
 /*
  * Find where the postmaster's memory is accounted: its cgroup v2 if the
- * memory controller is on there, else its cgroup v1 memory cgroup, else the
- * whole system.  pg_cgroup is the postmaster's /proc/PID/cgroup.
+ * memory controller is on there and a limit is set at or above it, else its
+ * cgroup v1 memory cgroup likewise, else the whole system.  pg_cgroup is
+ * the postmaster's /proc/PID/cgroup.
  */
 static void
 detect_auto(const char *pg_cgroup)
 {
-	char		mountinfo[65536];
 	char		v1path[MAXPGPATH] = "";
 	char		v2path[MAXPGPATH] = "";
 	bool		have_v1 = false;
@@ -312,74 +395,58 @@ detect_auto(const char *pg_cgroup)
 
 	source = GM_LIMIT_SYSTEM;
 	strlcpy(cgroup_dir, "", sizeof(cgroup_dir));
-	if (!read_text("/proc/self/mountinfo", mountinfo, sizeof(mountinfo)))
-		return;
-
-	/* The mount points: "id parent maj:min root mountpoint opts ... - fstype src superopts" */
-	for (int pass = 2; pass >= 1; pass--)
+	for (int v = 2; v >= 1; v--)
 	{
-		if ((pass == 2 && !have_v2) || (pass == 1 && !have_v1))
+		GmLimitSource kind = v == 2 ? GM_LIMIT_CGROUP_V2 : GM_LIMIT_CGROUP_V1;
+		char		dir[MAXPGPATH];
+		char		top[MAXPGPATH];
+
+		if (!(v == 2 ? have_v2 : have_v1) ||
+			!cgroup_mount_dir(v == 2, v == 2 ? v2path : v1path, dir, sizeof(dir)) ||
+			!cgroup_mount_dir(v == 2, "/", top, sizeof(top)) ||
+			cgroup_kind(dir) != kind)
 			continue;
-		for (char *line = mountinfo; line && *line;)
+		if (find_limit(kind, dir, top))
 		{
-			char	   *eol = strchr(line, '\n');
-			char		root[MAXPGPATH];
-			char		mnt[MAXPGPATH];
-			char		fstype[32];
-			char		superopts[512] = "";
-			char	   *dash;
-			const char *rel = pass == 2 ? v2path : v1path;
-
-			if (eol)
-				*eol = '\0';
-			dash = strstr(line, " - ");
-			if (dash && sscanf(line, "%*s %*s %*s %1023s %1023s", root, mnt) == 2 &&
-				sscanf(dash + 3, "%31s %*s %511s", fstype, superopts) >= 1 &&
-				((pass == 2 && strcmp(fstype, "cgroup2") == 0) ||
-				 (pass == 1 && strcmp(fstype, "cgroup") == 0 &&
-				  strstr(superopts, "memory") != NULL)))
-			{
-				char		dir[MAXPGPATH];
-				size_t		rlen = strlen(root);
-
-				/* A namespaced mount shows the cgroup's path below its root. */
-				if (strcmp(root, "/") != 0 && strncmp(rel, root, rlen) == 0)
-					rel += rlen;
-				snprintf(dir, sizeof(dir), "%s%s", mnt, strcmp(rel, "/") == 0 ? "" : rel);
-				if (eol)
-					*eol = '\n';
-				if (cgroup_kind(dir) == (pass == 2 ? GM_LIMIT_CGROUP_V2 : GM_LIMIT_CGROUP_V1) &&
-					find_limit(pass == 2 ? GM_LIMIT_CGROUP_V2 : GM_LIMIT_CGROUP_V1, dir, mnt))
-				{
-					source = pass == 2 ? GM_LIMIT_CGROUP_V2 : GM_LIMIT_CGROUP_V1;
-					strlcpy(cgroup_dir, dir, sizeof(cgroup_dir));
-					return;
-				}
-			}
-			else if (eol)
-				*eol = '\n';
-			line = eol ? eol + 1 : NULL;
+			source = kind;
+			strlcpy(cgroup_dir, dir, sizeof(cgroup_dir));
+			return;
 		}
 	}
 }
 
 /*
  * Work out where to read, when glibc_malloc.monitor_cgroup or the
- * postmaster's cgroup changed.  A configured directory is used as it is.
+ * postmaster's cgroup changed, and every GM_MONITOR_REDETECT_MS.  A
+ * configured directory is used as it is.
  */
 static void
 detect(void)
 {
-	char		pg_cgroup[sizeof(cgroup_seen)];
+	static char pg_cgroup[16384];
 	char		path[64];
 	const char *guc = monitor_cgroup ? monitor_cgroup : "";
+	bool		changed;
 
 	snprintf(path, sizeof(path), "/proc/%d/cgroup", (int) PostmasterPid);
 	if (!read_text(path, pg_cgroup, sizeof(pg_cgroup)))
 		pg_cgroup[0] = '\0';
-	/* Again when something changed, and now and then: a limit set later. */
-	if (detected_at != 0 && strcmp(pg_cgroup, cgroup_seen) == 0 &&
-		strcmp(guc, cgroup_guc_seen) == 0 &&
+	else if (strlen(pg_cgroup) == sizeof(pg_cgroup) - 1)
+	{
+		/* Cut: the memory line may be missing.  Keep what was found before. */
+		if (!truncated_logged)
+			ereport(WARNING,
+					(errmsg("glibc_malloc memory monitor: %s is longer than %zu bytes; the cgroup is not read again",
+							path, sizeof(pg_cgroup) - 1),
+					 errhint("Set glibc_malloc.monitor_cgroup to the cgroup directory to watch.")));
+		truncated_logged = true;
+		if (detected_at != 0 && guc[0] == '\0')
+			return;
+		pg_cgroup[0] = '\0';
+	}
+
+	changed = strcmp(pg_cgroup, cgroup_seen) != 0 || strcmp(guc, cgroup_guc_seen) != 0;
+	if (detected_at != 0 && !changed &&
 		GetCurrentTimestamp() - detected_at < (int64) GM_MONITOR_REDETECT_MS * 1000)
 		return;
 	detected_at = GetCurrentTimestamp();
@@ -391,7 +458,7 @@ detect(void)
 		source = cgroup_kind(guc);
 		strlcpy(cgroup_dir, guc, sizeof(cgroup_dir));
 		strlcpy(limit_dir, guc, sizeof(limit_dir));
-		if (source == GM_LIMIT_NONE)
+		if (source == GM_LIMIT_NONE && changed)
 			ereport(LOG,
 					(errmsg("glibc_malloc memory monitor: \"%s\" holds no cgroup memory files", guc),
 					 errhint("Set glibc_malloc.monitor_cgroup to a cgroup v2 directory (memory.current, memory.max) or a cgroup v1 memory directory (memory.usage_in_bytes, memory.limit_in_bytes), or to '' to find the server's own.")));
@@ -416,14 +483,16 @@ read_limits(GmLimits *l)
 	if (source == GM_LIMIT_CGROUP_V1 || source == GM_LIMIT_CGROUP_V2)
 	{
 		bool		v1 = source == GM_LIMIT_CGROUP_V1;
+		int64		active;
 		int64		inactive;
 
 		l->limit = cgroup_limit(source, limit_dir);
 		l->usage = read_bytes(limit_dir, v1 ? "memory.usage_in_bytes" : "memory.current");
 		snprintf(path, sizeof(path), "%s/memory.stat", limit_dir);
+		active = read_key(path, v1 ? "total_active_file" : "active_file");
 		inactive = read_key(path, v1 ? "total_inactive_file" : "inactive_file");
-		if (l->usage >= 0 && inactive > 0)
-			l->usage = Max(l->usage - inactive, 0);
+		if (l->usage >= 0)
+			l->usage = Max(l->usage - Max(active, 0) - Max(inactive, 0), 0);
 		snprintf(path, sizeof(path), "%s/memory.pressure", cgroup_dir);
 		l->psi = v1 ? -1 : read_psi(path);
 		if (l->psi < 0)
@@ -507,12 +576,15 @@ cmp_free_desc(const void *a, const void *b)
 
 /*
  * Ask the largest holders of free heap, not asked already, to return it,
- * until the bytes asked cover need; log what was asked and why.
+ * until the bytes asked cover need.  The first round of an episode (first)
+ * is logged at once; later ones at most every GM_MONITOR_LOG_MS, with the
+ * rounds in between added up.
  */
 static void
-ask_backends(GmSnapshot *snaps, int n, int64 need, const char *why, TimestampTz now)
+ask_backends(GmSnapshot *snaps, int n, int64 need, const char *why, bool first)
 {
 	GmMonitorState *st = gm_shmem_monitor();
+	TimestampTz now = GetCurrentTimestamp();
 	int			count = 0;
 	int64		bytes = 0;
 	char		b1[32];
@@ -529,7 +601,7 @@ ask_backends(GmSnapshot *snaps, int n, int64 need, const char *why, TimestampTz 
 			!gm_shmem_ask_trim(snaps[i].pid))
 			continue;
 		asked[nasked].pid = snaps[i].pid;
-		asked[nasked].asked_at = now;
+		asked[nasked].asked_at = GetCurrentTimestamp();	/* after the request */
 		asked[nasked].rss_before = snaps[i].rss_anon_bytes;
 		nasked++;
 		count++;
@@ -550,11 +622,28 @@ ask_backends(GmSnapshot *snaps, int n, int64 need, const char *why, TimestampTz 
 	pg_write_barrier();
 	st->changecount++;
 	pressure_rounds++;
-	ereport(LOG,
-			(errmsg_plural("glibc_malloc memory monitor: asked %d backend to return %s of free heap",
-						   "glibc_malloc memory monitor: asked %d backends to return %s of free heap",
-						   count, count, fmt_bytes(b2, sizeof(b2), bytes)),
-			 errdetail_internal("%s", why)));
+
+	quiet_rounds++;
+	quiet_count += count;
+	quiet_bytes += bytes;
+	if (!first && last_log_at != 0 && now - last_log_at < (int64) GM_MONITOR_LOG_MS * 1000)
+		return;
+	if (quiet_rounds == 1)
+		ereport(LOG,
+				(errmsg_plural("glibc_malloc memory monitor: asked %d backend to return %s of free heap",
+							   "glibc_malloc memory monitor: asked %d backends to return %s of free heap",
+							   count, count, fmt_bytes(b2, sizeof(b2), bytes)),
+				 errdetail_internal("%s", why)));
+	else
+		ereport(LOG,
+				(errmsg("glibc_malloc memory monitor: asked %d backends to return %s of free heap in %d rounds over %.1f s",
+						quiet_count, fmt_bytes(b2, sizeof(b2), quiet_bytes), quiet_rounds,
+						last_log_at ? (double) (now - last_log_at) / USECS_PER_SEC : 0.0),
+				 errdetail_internal("The last round: %s", st->last_action)));
+	last_log_at = now;
+	quiet_rounds = 0;
+	quiet_count = 0;
+	quiet_bytes = 0;
 }
 
 /* One look at the limits and the snapshots; act if needed. */
@@ -564,10 +653,10 @@ monitor_tick(void)
 	GmMonitorState *st = gm_shmem_monitor();
 	TimestampTz now = GetCurrentTimestamp();
 	GmLimits	l;
-	GmSnapshot *snaps = NULL;
 	int			n;
 	int64		total_free = 0;
 	int64		need = 0;
+	bool		first = false;
 	char		why[GM_MONITOR_TEXT] = "";
 	char		b1[32],
 				b2[32],
@@ -575,7 +664,7 @@ monitor_tick(void)
 
 	detect();
 	read_limits(&l);
-	n = gm_shmem_all_snapshots(&snaps);
+	n = gm_shmem_all_snapshots(snaps);
 	for (int i = 0; i < n; i++)
 		total_free += gm_snapshot_free_heap(&snaps[i]);
 	settle_asked(snaps, n, now);
@@ -605,6 +694,7 @@ monitor_tick(void)
 		}
 		if (pressure)
 		{
+			first = pressure_rounds == 0;
 			need = l.usage - (int64) (low * l.limit);
 			snprintf(why, sizeof(why), "%s memory usage %s is %.0f%% of its %s limit (acting at %.0f%%, until below %.0f%%)",
 					 limit_source_names[l.source], fmt_bytes(b1, sizeof(b1), l.usage), 100 * frac,
@@ -619,24 +709,31 @@ monitor_tick(void)
 	{
 		need = total_free / 2;
 		last_psi_round = now;
+		first = true;			/* at most every 10 s anyway */
 		snprintf(why, sizeof(why), "memory pressure: PSI some avg10 is %.1f%% (acting at %.1f%%); asking for half of the %s of free heap",
 				 l.psi, monitor_psi, fmt_bytes(b1, sizeof(b1), total_free));
 	}
 	if (monitor_enabled && max_total_free >= 0 && total_free > (int64) max_total_free * 1024 &&
 		total_free - (int64) max_total_free * 1024 > need)
 	{
+		first = !over_cap;
+		over_cap = true;
 		need = total_free - (int64) max_total_free * 1024;
 		snprintf(why, sizeof(why), "all backends keep %s of free heap, more than glibc_malloc.max_total_free (%s)",
 				 fmt_bytes(b1, sizeof(b1), total_free),
 				 fmt_bytes(b2, sizeof(b2), (int64) max_total_free * 1024));
 	}
+	else if (max_total_free < 0 || total_free <= (int64) max_total_free * 1024)
+		over_cap = false;
 	if (need > 0)
-		ask_backends(snaps, n, need, why, now);
+		ask_backends(snaps, n, need, why, first);
 
 	st->changecount++;
 	pg_write_barrier();
 	st->pid = MyProcPid;
 	st->enabled = monitor_enabled;
+	st->fraction = monitor_fraction;
+	st->max_total_free = max_total_free < 0 ? -1 : (int64) max_total_free * 1024;
 	strlcpy(st->source, limit_source_names[l.source], sizeof(st->source));
 	strlcpy(st->cgroup, l.source == GM_LIMIT_CGROUP_V1 || l.source == GM_LIMIT_CGROUP_V2 ? limit_dir : "",
 			sizeof(st->cgroup));
@@ -649,8 +746,6 @@ monitor_tick(void)
 	st->checked_at = now;
 	pg_write_barrier();
 	st->changecount++;
-	if (snaps)
-		pfree(snaps);
 }
 
 /* on_shmem_exit: the view shows the monitor as not running. */
@@ -678,6 +773,11 @@ glibc_malloc_monitor_main(Datum arg)
 	if (gm_shmem_monitor() == NULL)
 		proc_exit(0);
 	on_shmem_exit(monitor_exit, (Datum) 0);
+	/* Once: a tick allocates nothing, so it cannot fail for lack of memory. */
+	snaps = MemoryContextAlloc(TopMemoryContext,
+							   sizeof(GmSnapshot) * Max(gm_shmem_slot_count(), 1));
+	/* A restarted monitor goes on counting. */
+	returned_total = gm_shmem_monitor()->returned_bytes;
 
 	for (;;)
 	{
@@ -694,12 +794,18 @@ glibc_malloc_monitor_main(Datum arg)
 	}
 }
 
-/* Register the monitor; from _PG_init while preloading. */
+/*
+ * Register the monitor; from _PG_init while preloading, after the GUCs are
+ * defined.  Only if glibc_malloc.memory_monitor is on at server start: it
+ * takes one of max_worker_processes.
+ */
 void
 gm_monitor_register(void)
 {
 	BackgroundWorker worker;
 
+	if (!monitor_enabled)
+		return;
 	memset(&worker, 0, sizeof(worker));
 	worker.bgw_flags = BGWORKER_SHMEM_ACCESS;
 	worker.bgw_start_time = BgWorkerStart_PostmasterStart;
@@ -814,7 +920,9 @@ glibc_malloc_monitor(PG_FUNCTION_ARGS)
 
 	values[j] = Int32GetDatum(c.pid);
 	nulls[j++] = c.pid == 0;
-	values[j++] = BoolGetDatum(monitor_enabled);
+	/* The monitor's settings, not this backend's: it may not have reloaded yet. */
+	values[j] = BoolGetDatum(c.enabled);
+	nulls[j++] = c.checked_at == 0;
 	values[j] = CStringGetTextDatum(c.source);
 	nulls[j++] = c.checked_at == 0;
 	values[j] = CStringGetTextDatum(c.cgroup);
@@ -823,15 +931,15 @@ glibc_malloc_monitor(PG_FUNCTION_ARGS)
 	nulls[j++] = c.limit_bytes < 0 || c.checked_at == 0;
 	values[j] = Int64GetDatum(c.usage_bytes);
 	nulls[j++] = c.usage_bytes < 0 || c.checked_at == 0;
-	values[j] = Float8GetDatum(monitor_fraction);
-	nulls[j++] = false;
+	values[j] = Float8GetDatum(c.fraction);
+	nulls[j++] = c.checked_at == 0;
 	values[j] = Float8GetDatum(c.psi_some_avg10);
 	nulls[j++] = c.psi_some_avg10 < 0 || c.checked_at == 0;
 	values[j++] = BoolGetDatum(c.under_pressure);
 	values[j] = Int64GetDatum(c.total_free_bytes);
 	nulls[j++] = c.checked_at == 0;
-	values[j] = Int64GetDatum((int64) max_total_free * 1024);
-	nulls[j++] = max_total_free < 0;
+	values[j] = Int64GetDatum(c.max_total_free);
+	nulls[j++] = c.max_total_free < 0 || c.checked_at == 0;
 	values[j++] = Int64GetDatum(c.rounds);
 	values[j++] = Int64GetDatum(c.backends_asked);
 	values[j++] = Int64GetDatum(c.asked_bytes);

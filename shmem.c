@@ -541,33 +541,49 @@ gm_shmem_snapshots(GmSnapshot **snaps)
 	return n;
 }
 
+/* How many slots there are (0 without shared memory). */
+int
+gm_shmem_slot_count(void)
+{
+	return shared ? shared->nslots : 0;
+}
+
 /*
  * Every published snapshot, with no privilege check and without claiming
  * a slot: for the memory monitor, which has no role and no transaction.
- * Returns how many, palloc'd in *snaps.
+ * snaps has room for gm_shmem_slot_count(); returns how many were copied.
  */
 int
-gm_shmem_all_snapshots(GmSnapshot **snaps)
+gm_shmem_all_snapshots(GmSnapshot *snaps)
 {
 	int			n = 0;
 
 	if (shared == NULL)
 		return 0;
-	*snaps = palloc(sizeof(GmSnapshot) * shared->nslots);
 	for (int i = 0; i < shared->nslots; i++)
-		if (read_slot(&shared->slots[i], &(*snaps)[n]) && (*snaps)[n].taken_at != 0)
+		if (read_slot(&shared->slots[i], &snaps[n]) && snaps[n].taken_at != 0)
 			n++;
 	return n;
 }
 
 /*
  * The memory monitor's trim request: like glibc_malloc_trim_backend()'s,
- * served at the target's next safe point; false if it has no slot.
+ * served at the target's next safe point.  False if it has no slot, or
+ * still has a trim request pending (idle in a transaction, say): asking
+ * again would change nothing.
  */
 bool
 gm_shmem_ask_trim(int pid)
 {
-	return shared != NULL && send_request(pid, GM_REQ_TRIM | GM_REQ_PUBLISH);
+	GmSnapshot	s;
+
+	if (shared == NULL)
+		return false;
+	for (int i = 0; i < shared->nslots; i++)
+		if (read_slot(&shared->slots[i], &s) && s.pid == pid)
+			return !(pg_atomic_read_u32(&shared->slots[i].requests) & GM_REQ_TRIM) &&
+				send_request(pid, GM_REQ_TRIM | GM_REQ_PUBLISH);
+	return false;
 }
 
 /*

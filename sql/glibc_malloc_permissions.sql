@@ -17,7 +17,15 @@ SHOW glibc_malloc.top_pad;
 -- The per-backend reports are open to all; the diagnostic is not.
 SELECT count(*) > 0 AS can_read FROM glibc_malloc_settings();
 SELECT glibc_malloc_diag_alloc(1024);
+-- The memory monitor's view sums every role's backends: pg_read_all_stats.
+SELECT count(*) FROM glibc_malloc_monitor;
+SELECT count(*) FROM glibc_malloc_monitor();
 RESET ROLE;
+GRANT pg_read_all_stats TO glibc_malloc_user;
+SET ROLE glibc_malloc_user;
+SELECT count(*) AS monitor_rows FROM glibc_malloc_monitor;
+RESET ROLE;
+REVOKE pg_read_all_stats FROM glibc_malloc_user;
 
 -- GRANT SET ON PARAMETER exists from PostgreSQL 15 (expected/*_1.out: skipped).
 SELECT current_setting('server_version_num')::int >= 150000 AS has_grant_set \gset

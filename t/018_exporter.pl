@@ -79,6 +79,9 @@ for my $m (qw(backends system_bytes in_use_bytes free_bytes rss_anon_bytes conte
 }
 cmp_ok(metric('glibc_malloc_summary_free_bytes'), '>=', $view{free}, 'the summary includes alice\'s free heap');
 cmp_ok(metric('glibc_malloc_summary_backends'), '>=', 3, 'and counts the backends the monitoring role sees (pg_monitor)');
+my ($limit, $source) = split /\|/, $node->safe_psql('postgres', 'SELECT limit_bytes, source FROM glibc_malloc_monitor');
+is(metric('glibc_malloc_monitor_limit_bytes', source => $source), $limit, "the memory monitor's limit as in its view ($source)");
+ok(defined metric('glibc_malloc_monitor_rounds', source => $source), "and its rounds");
 unlike($err, qr/level=error/, 'the exporter logged no error') or diag $err;
 
 $h->kill_kill;

@@ -51,7 +51,7 @@ note sprintf('balanced: RssAnon %.1f MB at start, %.1f MB after the sorts, %.1f 
 	$start / 2**20, $busy / 2**20, $light / 2**20);
 cmp_ok($light - $start, '<', 2 * 2**20, 'busy with light queries: the unused memory went back');
 my ($n, $bytes) = split /\|/, $s->query_safe("SELECT idle_releases || '|' || idle_released_bytes FROM glibc_malloc_stats()");
-is($n, 1, 'one release, counted with the idle releases');
+cmp_ok($n, '>=', 1, 'the release is counted with the idle releases');
 cmp_ok($bytes, '>', 8 * 2**20, 'with the bytes it returned');
 $s->quit;
 
@@ -72,7 +72,7 @@ $s->quit;
 
 # A backend that keeps running big sorts, each starting well within the
 # delay of the last one's end, keeps its memory: no release between them.
-($s, $pid, $start) = session("SET glibc_malloc.preset = 'balanced'; SET glibc_malloc.idle_release_delay = '700ms'");
+($s, $pid, $start) = session("SET glibc_malloc.preset = 'balanced'");
 for (1 .. 5)
 {
 	$s->query_safe("$big_sort");
@@ -80,10 +80,10 @@ for (1 .. 5)
 	usleep(200_000);
 }
 is($s->query_safe('SELECT idle_releases FROM glibc_malloc_stats()'), 0,
-	'big sorts every 0.2 s (delay 700 ms): nothing released between them');
+	'big sorts 0.2 s apart (delay 1 s): nothing released between them');
 cmp_ok(rss_anon($pid) - $start, '>', 8 * 2**20, 'and the memory is still there');
 # Then light work only: released within about the delay.
-$light = light_work($s, $pid, 2.5);
+$light = light_work($s, $pid, 3);
 cmp_ok($light - $start, '<', 2 * 2**20, 'then light work: released');
 $s->quit;
 
