@@ -1,6 +1,8 @@
 # The benchmark's --quick mode runs end to end and writes well-formed output:
-# a JSON document with every configuration and metric (bench/measure), a
-# Markdown report and a PNG chart (bench/report).  The reporting part
+# a JSON document with every configuration and metric (bench/measure), the
+# workloads people run among them (CPU per query and speed, their results
+# checked by bench/measure itself), a Markdown report and a PNG chart
+# (bench/report).  The reporting part
 # renders a committed result again, byte for byte, and prints the demo's
 # table.  No timing is asserted: machines here are noisy.
 use strict;
@@ -45,10 +47,46 @@ is($c{glibc}{sort_tps}{ratio}, 1, 'ratios are against glibc defaults');
 is(scalar @{ $r->{targets} }, 9, 'balanced, publishing and the monitor are checked against their nine targets');
 cmp_ok($r->{trim_floor} // 0, '>', 0, 'the malloc_trim floor is measured');
 
+# The workloads people run: every case in every configuration that runs it.
+my @cases = @{ $r->{cases} // [] };
+my @at256 = grep { ($_->{work_mem} // '') eq '256MB' } @cases;
+is_deeply([ map { $_->{key} } @cases ],
+	[ qw(q1_32 q3_32 q5_32 q18_32 window_32 q1_256 q3_256 q5_256 q18_256 window_256 index copy jsonb periodic) ],
+	'the workloads people run: TPC-H-like, window at two work_mem, CREATE INDEX, COPY, jsonb, periodic');
+sub has_case
+{
+	my ($key, $case) = @_;
+	my $m = $c{$key}{cases}{ $case->{key} };
+	# CPU time comes in clock ticks: a tiny query may take none, glibc's too.
+	ok(defined $m->{cpu_ms}{median} && exists $m->{cpu_ms}{ratio}, "$key: $case->{title}: CPU ms per query and its ratio");
+	my $speed = $case->{key} eq 'periodic' ? 'latency_ms' : 'qps';
+	cmp_ok($m->{$speed}{median} // 0, '>', 0, "$key: $case->{title}: $speed");
+	ok(defined $m->{$speed}{ratio}, "$key: $case->{title}: $speed ratio against glibc defaults");
+}
+for my $key (qw(glibc module greedy frugal balanced tunables jemalloc tcmalloc hugetlb))
+{
+	has_case($key, $_) for @cases;
+}
+for my $key (qw(greedy256 balanced256))
+{
+	has_case($key, $_) for @at256;
+	is_deeply([ sort keys %{ $c{$key}{cases} } ], [ sort map { $_->{key} } @at256 ], "$key runs the 256MB variants only");
+}
+has_case('balanced5s', $cases[-1]);
+is_deeply([ keys %{ $c{balanced5s}{cases} } ], ['periodic'], 'balanced5s runs the periodic workload only');
+cmp_ok($c{$_}{cases}{periodic}{idle_rss}{median} // 0, '>', 0, "$_: RssAnon before each periodic query") for qw(glibc greedy balanced balanced5s);
+ok(!$c{publish0}{cases}, 'configurations for the overhead only run none of them');
+is($c{glibc}{cases}{q1_32}{qps}{ratio}, 1, 'their ratios are against glibc defaults too');
+
 my $report = slurp_file($md);
 like($report, qr/^\| configuration \| seed sort TPS \|/m, 'the report has the main table');
 like($report, qr/balanced against its targets/, 'and the targets');
 like($report, qr/^### Busy-light fleet: 4 connections/m, 'and the busy-light fleet');
+like($report, qr/^\| configuration \| Q1 32MB \|.* \| periodic \| geometric mean \| geometric mean, 256MB \|$/m,
+	'and the workloads people run, one column each');
+like($report, qr/^\| greedy, max_trim_threshold 512MB \| – \|.* \| [\d.n\/a]+ \/ [\d.n\/a]+ \(5\) \| /m,
+	'greedy256: the 256MB variants, its geometric mean over them');
+like($report, qr/^### Periodic: the seed sort every [\d.]+ s/m, 'and the periodic workload');
 open my $fh, '<:raw', $png or die;
 read $fh, my $magic, 8;
 is($magic, "\x89PNG\r\n\x1a\n", 'the chart is a PNG');

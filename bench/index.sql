@@ -1,0 +1,1 @@
+CREATE INDEX ix_a ON ix (a);
