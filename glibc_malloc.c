@@ -147,7 +147,11 @@ release_unused(TimestampTz now)
 	GmSource	source;
 
 	pend_unused = false;
-	/* With the settings after the transaction's GUC rollback. */
+	/*
+	 * With the settings in force now: after the transaction's GUC rollback
+	 * at the statement start or the idle point (in processes without an
+	 * idle point, plan() runs it from the transaction-end callback).
+	 */
 	if (gm_reuse_bytes() <= 0 || released_since_reuse ||
 		last_statement_start - reuse_end_at < (int64) gm_idle_delay(&source) * 1000)
 		return;

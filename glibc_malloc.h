@@ -269,7 +269,7 @@ extern bool gm_pid_in(int pid, const int *pids, int n);
 extern int64 gm_snapshot_free_heap(const GmSnapshot *s);
 extern int	gm_shmem_slot_count(void);
 extern int	gm_shmem_all_snapshots(GmSnapshot *snaps);
-extern bool gm_shmem_ask_trim(int pid);
+extern int	gm_shmem_ask_trim(int pid);
 extern GmMonitorState *gm_shmem_monitor(void);
 
 /* 5. monitor.c */

@@ -53,6 +53,7 @@
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "postmaster/bgworker.h"
+#include "port/atomics.h"
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
@@ -119,6 +120,7 @@ typedef struct GmAsked
 	int			pid;
 	TimestampTz asked_at;
 	int64		rss_before;
+	int64		bytes;			/* its free heap when asked */
 } GmAsked;
 
 static GmAsked asked[GM_MONITOR_MAX_ASKED];
@@ -306,7 +308,7 @@ unescape(char *str)
  * root contains it; false if none is mounted here.
  */
 static bool
-cgroup_mount_dir(bool v2, const char *rel, char *dir, size_t size)
+cgroup_mount_dir(bool v2, const char *rel, char *dir, size_t size, char *top, size_t topsize)
 {
 	FILE	   *f = fopen("/proc/self/mountinfo", "r");
 	char		line[4096];
@@ -343,6 +345,7 @@ cgroup_mount_dir(bool v2, const char *rel, char *dir, size_t size)
 			r = rel + rlen;
 		}
 		snprintf(dir, size, "%s%s", mnt, strcmp(r, "/") == 0 ? "" : r);
+		strlcpy(top, mnt, topsize);
 		found = true;
 	}
 	fclose(f);
@@ -402,8 +405,7 @@ detect_auto(const char *pg_cgroup)
 		char		top[MAXPGPATH];
 
 		if (!(v == 2 ? have_v2 : have_v1) ||
-			!cgroup_mount_dir(v == 2, v == 2 ? v2path : v1path, dir, sizeof(dir)) ||
-			!cgroup_mount_dir(v == 2, "/", top, sizeof(top)) ||
+			!cgroup_mount_dir(v == 2, v == 2 ? v2path : v1path, dir, sizeof(dir), top, sizeof(top)) ||
 			cgroup_kind(dir) != kind)
 			continue;
 		if (find_limit(kind, dir, top))
@@ -536,7 +538,7 @@ settle_asked(const GmSnapshot *snaps, int n, TimestampTz now)
 		for (int j = 0; j < n && s == NULL; j++)
 			if (snaps[j].pid == asked[i].pid)
 				s = &snaps[j];
-		if (s != NULL && s->taken_at > asked[i].asked_at)
+		if (s != NULL && s->taken_at >= asked[i].asked_at)
 		{
 			if (s->rss_anon_bytes >= 0 && asked[i].rss_before > s->rss_anon_bytes)
 			{
@@ -576,11 +578,13 @@ cmp_free_desc(const void *a, const void *b)
 
 /*
  * Ask the largest holders of free heap, not asked already, to return it,
- * until the bytes asked cover need.  The first round of an episode (first)
- * is logged at once; later ones at most every GM_MONITOR_LOG_MS, with the
- * rounds in between added up.
+ * until the bytes asked cover need, counting what was asked before and not
+ * served yet (the usage still includes it) and backends whose trim request
+ * is still pending.  The first round of an episode (first) is logged at
+ * once; later ones at most every GM_MONITOR_LOG_MS, with the rounds in
+ * between added up.
  */
-static void
+static bool
 ask_backends(GmSnapshot *snaps, int n, int64 need, const char *why, bool first)
 {
 	GmMonitorState *st = gm_shmem_monitor();
@@ -590,25 +594,35 @@ ask_backends(GmSnapshot *snaps, int n, int64 need, const char *why, bool first)
 	char		b1[32];
 	char		b2[32];
 
+	for (int i = 0; i < nasked; i++)
+		need -= asked[i].bytes;
 	qsort(snaps, n, sizeof(GmSnapshot), cmp_free_desc);
-	for (int i = 0; i < n && bytes < need && nasked < GM_MONITOR_MAX_ASKED; i++)
+	for (int i = 0; i < n && need > 0 && nasked < GM_MONITOR_MAX_ASKED; i++)
 	{
 		int64		f = gm_snapshot_free_heap(&snaps[i]);
+		TimestampTz at = GetCurrentTimestamp();	/* before the request */
+		int			r;
 
 		if (f < GM_MONITOR_MIN_FREE)
 			break;
-		if (snaps[i].pid == MyProcPid || is_asked(snaps[i].pid) ||
-			!gm_shmem_ask_trim(snaps[i].pid))
+		if (snaps[i].pid == MyProcPid || is_asked(snaps[i].pid))
+			continue;
+		r = gm_shmem_ask_trim(snaps[i].pid);
+		if (r < 0)
+			need -= f;			/* still pending: it will return that */
+		if (r <= 0)
 			continue;
 		asked[nasked].pid = snaps[i].pid;
-		asked[nasked].asked_at = GetCurrentTimestamp();	/* after the request */
+		asked[nasked].asked_at = at;
 		asked[nasked].rss_before = snaps[i].rss_anon_bytes;
+		asked[nasked].bytes = f;
 		nasked++;
 		count++;
 		bytes += f;
+		need -= f;
 	}
 	if (count == 0)
-		return;
+		return false;
 
 	st->changecount++;
 	pg_write_barrier();
@@ -627,7 +641,7 @@ ask_backends(GmSnapshot *snaps, int n, int64 need, const char *why, bool first)
 	quiet_count += count;
 	quiet_bytes += bytes;
 	if (!first && last_log_at != 0 && now - last_log_at < (int64) GM_MONITOR_LOG_MS * 1000)
-		return;
+		return true;
 	if (quiet_rounds == 1)
 		ereport(LOG,
 				(errmsg_plural("glibc_malloc memory monitor: asked %d backend to return %s of free heap",
@@ -644,6 +658,7 @@ ask_backends(GmSnapshot *snaps, int n, int64 need, const char *why, bool first)
 	quiet_rounds = 0;
 	quiet_count = 0;
 	quiet_bytes = 0;
+	return true;
 }
 
 /* One look at the limits and the snapshots; act if needed. */
@@ -657,6 +672,7 @@ monitor_tick(void)
 	int64		total_free = 0;
 	int64		need = 0;
 	bool		first = false;
+	bool		cap_round = false;
 	char		why[GM_MONITOR_TEXT] = "";
 	char		b1[32],
 				b2[32],
@@ -691,6 +707,10 @@ monitor_tick(void)
 					 errdetail_internal("%d rounds; the backends asked returned %s.",
 										pressure_rounds, fmt_bytes(b3, sizeof(b3), pressure_returned))));
 			pressure = false;
+			/* Rounds not logged yet belong to the episode that ended. */
+			quiet_rounds = 0;
+			quiet_count = 0;
+			quiet_bytes = 0;
 		}
 		if (pressure)
 		{
@@ -717,7 +737,7 @@ monitor_tick(void)
 		total_free - (int64) max_total_free * 1024 > need)
 	{
 		first = !over_cap;
-		over_cap = true;
+		cap_round = true;
 		need = total_free - (int64) max_total_free * 1024;
 		snprintf(why, sizeof(why), "all backends keep %s of free heap, more than glibc_malloc.max_total_free (%s)",
 				 fmt_bytes(b1, sizeof(b1), total_free),
@@ -725,8 +745,8 @@ monitor_tick(void)
 	}
 	else if (max_total_free < 0 || total_free <= (int64) max_total_free * 1024)
 		over_cap = false;
-	if (need > 0)
-		ask_backends(snaps, n, need, why, first);
+	if (need > 0 && ask_backends(snaps, n, need, why, first) && cap_round)
+		over_cap = true;
 
 	st->changecount++;
 	pg_write_barrier();

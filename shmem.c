@@ -568,22 +568,25 @@ gm_shmem_all_snapshots(GmSnapshot *snaps)
 
 /*
  * The memory monitor's trim request: like glibc_malloc_trim_backend()'s,
- * served at the target's next safe point.  False if it has no slot, or
- * still has a trim request pending (idle in a transaction, say): asking
- * again would change nothing.
+ * served at the target's next safe point.  Returns 1 when asked, 0 when it
+ * has no slot, -1 when a trim request is still pending there (idle in a
+ * transaction, say): asking again would change nothing.
  */
-bool
+int
 gm_shmem_ask_trim(int pid)
 {
 	GmSnapshot	s;
 
 	if (shared == NULL)
-		return false;
+		return 0;
 	for (int i = 0; i < shared->nslots; i++)
 		if (read_slot(&shared->slots[i], &s) && s.pid == pid)
-			return !(pg_atomic_read_u32(&shared->slots[i].requests) & GM_REQ_TRIM) &&
-				send_request(pid, GM_REQ_TRIM | GM_REQ_PUBLISH);
-	return false;
+		{
+			if (pg_atomic_read_u32(&shared->slots[i].requests) & GM_REQ_TRIM)
+				return -1;
+			return send_request(pid, GM_REQ_TRIM | GM_REQ_PUBLISH) ? 1 : 0;
+		}
+	return 0;
 }
 
 /*
