@@ -57,7 +57,7 @@ sub has_case
 {
 	my ($key, $case) = @_;
 	my $m = $c{$key}{cases}{ $case->{key} };
-	# CPU time comes in clock ticks: a tiny query may take none, glibc's too.
+	# Without schedstat, CPU time comes in clock ticks: a tiny query may take none.
 	ok(defined $m->{cpu_ms}{median} && exists $m->{cpu_ms}{ratio}, "$key: $case->{title}: CPU ms per query and its ratio");
 	my $speed = $case->{key} eq 'periodic' ? 'latency_ms' : 'qps';
 	cmp_ok($m->{$speed}{median} // 0, '>', 0, "$key: $case->{title}: $speed");
@@ -77,6 +77,15 @@ is_deeply([ keys %{ $c{balanced5s}{cases} } ], ['periodic'], 'balanced5s runs th
 cmp_ok($c{$_}{cases}{periodic}{idle_rss}{median} // 0, '>', 0, "$_: RssAnon before each periodic query") for qw(glibc greedy balanced balanced5s);
 ok(!$c{publish0}{cases}, 'configurations for the overhead only run none of them');
 is($c{glibc}{cases}{q1_32}{qps}{ratio}, 1, 'their ratios are against glibc defaults too');
+is($r->{design}, 'paired', 'they run paired: every configuration between two queries of the baseline');
+for my $key (qw(module balanced greedy256))
+{
+	my $m = $c{$key}{cases}{q1_256};
+	is(scalar @{ $m->{qps}{paired} // [] }, $r->{queries_per_configuration}, "$key: a paired speed ratio per measured query");
+	ok(defined $m->{cpu_ms}{ratio_q1} && defined $m->{qps}{ratio_q3}, "$key: and their quartiles");
+}
+is(scalar @{ $c{balanced}{cases}{periodic}{latency_ms}{paired} // [] }, $r->{periodic_queries},
+	'balanced: a paired latency ratio per periodic tick');
 
 my $report = slurp_file($md);
 like($report, qr/^\| configuration \| seed sort TPS \|/m, 'the report has the main table');
@@ -87,6 +96,8 @@ like($report, qr/^\| configuration \| Q1 32MB \|.* \| periodic \| geometric mean
 like($report, qr/^\| greedy, max_trim_threshold 512MB \| – \|.* \| [\d.n\/a]+ \/ [\d.n\/a]+ \(5\) \| /m,
 	'greedy256: the 256MB variants, its geometric mean over them');
 like($report, qr/^### Periodic: the seed sort every [\d.]+ s/m, 'and the periodic workload');
+like($report, qr/^The spread of those ratios, their 25th–75th percentiles/m, 'and the spread of the paired ratios');
+like($report, qr/^Quartile width .*: CPU ×[\d.]+, speed ×[\d.]+\. (CPU|speed) spreads less/m, 'and which basis spreads less');
 open my $fh, '<:raw', $png or die;
 read $fh, my $magic, 8;
 is($magic, "\x89PNG\r\n\x1a\n", 'the chart is a PNG');
