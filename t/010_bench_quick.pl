@@ -84,6 +84,8 @@ for my $key (qw(module balanced greedy256))
 	is(scalar @{ $m->{qps}{paired} // [] }, $r->{queries_per_configuration}, "$key: a paired speed ratio per measured query");
 	ok(defined $m->{cpu_ms}{ratio_q1} && defined $m->{qps}{ratio_q3}, "$key: and their quartiles");
 }
+cmp_ok($c{$_}{cases}{q1_256}{idle_after}{median} // 0, '>', 0, "$_: RssAnon once idle after a workload")
+  for qw(glibc greedy balanced greedy256);
 is(scalar @{ $c{balanced}{cases}{periodic}{latency_ms}{paired} // [] }, $r->{periodic_queries},
 	'balanced: a paired latency ratio per periodic tick');
 
@@ -96,6 +98,7 @@ like($report, qr/^\| configuration \| Q1 32MB \|.* \| periodic \| geometric mean
 like($report, qr/^\| greedy, max_trim_threshold 512MB \| – \|.* \| [\d.n\/a]+ \/ [\d.n\/a]+ \(5\) \| /m,
 	'greedy256: the 256MB variants, its geometric mean over them');
 like($report, qr/^### Periodic: the seed sort every [\d.]+ s/m, 'and the periodic workload');
+like($report, qr/^What a backend keeps once idle: /m, 'and what backends keep once idle');
 like($report, qr/^The spread of those ratios, their 25th–75th percentiles/m, 'and the spread of the paired ratios');
 like($report, qr/^Quartile width .*: CPU ×[\d.]+, speed ×[\d.]+\. (CPU|speed) spreads less/m, 'and which basis spreads less');
 open my $fh, '<:raw', $png or die;
