@@ -63,7 +63,7 @@ sub has_case
 	cmp_ok($m->{$speed}{median} // 0, '>', 0, "$key: $case->{title}: $speed");
 	ok(defined $m->{$speed}{ratio}, "$key: $case->{title}: $speed ratio against glibc defaults");
 }
-for my $key (qw(glibc module greedy frugal balanced tunables jemalloc tcmalloc hugetlb))
+for my $key (qw(glibc module greedy frugal balanced tunables jemalloc tcmalloc hugetlb glibc2))
 {
 	has_case($key, $_) for @cases;
 }
@@ -78,12 +78,31 @@ cmp_ok($c{$_}{cases}{periodic}{idle_rss}{median} // 0, '>', 0, "$_: RssAnon befo
 ok(!$c{publish0}{cases}, 'configurations for the overhead only run none of them');
 is($c{glibc}{cases}{q1_32}{qps}{ratio}, 1, 'their ratios are against glibc defaults too');
 is($r->{design}, 'paired', 'they run paired: every configuration between two queries of the baseline');
-for my $key (qw(module balanced greedy256))
+cmp_ok($r->{queries_per_configuration}, '>=', 2, 'quick mode measures two queries per configuration, so quartiles differ from medians');
+# R's type 7 quantile, to check the benchmark's own.
+sub q7
 {
-	my $m = $c{$key}{cases}{q1_256};
-	is(scalar @{ $m->{qps}{paired} // [] }, $r->{queries_per_configuration}, "$key: a paired speed ratio per measured query");
-	ok(defined $m->{cpu_ms}{ratio_q1} && defined $m->{qps}{ratio_q3}, "$key: and their quartiles");
+	my ($q, @v) = @_;
+	@v = sort { $a <=> $b } @v;
+	my $i = $q * $#v;
+	my $lo = int $i;
+	return $lo == $#v ? $v[$lo] : $v[$lo] + ($i - $lo) * ($v[ $lo + 1 ] - $v[$lo]);
 }
+for my $key (qw(module balanced greedy256 glibc2))
+{
+	for my $metric (qw(cpu_ms qps))
+	{
+		my $m = $c{$key}{cases}{q1_256}{$metric};
+		my @p = @{ $m->{paired} // [] };
+		is(scalar @p, $r->{queries_per_configuration}, "$key: a paired $metric ratio per measured query");
+		ok(@p && abs($m->{ratio} - q7(0.5, @p)) < 1e-9, "$key: its $metric ratio is the median of its paired ratios");
+		ok(@p && abs($m->{ratio_q1} - q7(0.25, @p)) < 1e-9 && abs($m->{ratio_q3} - q7(0.75, @p)) < 1e-9,
+			"$key: and its quartiles are theirs");
+	}
+}
+ok(!grep({ $c{glibc}{cases}{$_}{qps}{paired} || $c{glibc}{cases}{$_}{latency_ms}{paired} } keys %{ $c{glibc}{cases} }),
+	'the baseline has no paired ratios of its own');
+ok(defined $c{$_}{monitor_rounds}, "$_: the memory monitor's rounds are counted on its own server") for qw(greedy256 balanced256 balanced5s);
 cmp_ok($c{$_}{cases}{q1_256}{idle_after}{median} // 0, '>', 0, "$_: RssAnon once idle after a workload")
   for qw(glibc greedy balanced greedy256);
 is(scalar @{ $c{balanced}{cases}{periodic}{latency_ms}{paired} // [] }, $r->{periodic_queries},
