@@ -63,7 +63,7 @@ sub has_case
 	cmp_ok($m->{$speed}{median} // 0, '>', 0, "$key: $case->{title}: $speed");
 	ok(defined $m->{$speed}{ratio}, "$key: $case->{title}: $speed ratio against glibc defaults");
 }
-for my $key (qw(glibc module greedy frugal balanced tunables jemalloc tcmalloc hugetlb glibc2))
+for my $key (qw(glibc module greedy frugal balanced tunables jemalloc tcmalloc hugetlb balancedhuge glibc2))
 {
 	has_case($key, $_) for @cases;
 }
