@@ -14,6 +14,7 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <time.h>
 #include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,15 +58,15 @@ const GmParamInfo gm_params[GM_NPARAMS] = {
 	-1, -1, 80 * sizeof(size_t) / 4, PGC_SUSET, GUC_UNIT_BYTE, 1},
 	[GM_PERTURB] = {"perturb", M_PERTURB,
 		"glibc.malloc.perturb", "MALLOC_PERTURB_", 0, false, false,
-		"Sets M_PERTURB: fill allocated and freed memory with this byte, for debugging (0: off).",
-	0, 0, 255, PGC_SUSET, 0, 1},
+		"Sets M_PERTURB: fill allocated and freed memory with this byte, for debugging (0: off; -1: not set).",
+	-1, -1, 255, PGC_SUSET, 0, 1},
 	[GM_ARENA_MAX] = {"arena_max", M_ARENA_MAX,
 		"glibc.malloc.arena_max", "MALLOC_ARENA_MAX", 0, false, false,
-		"Sets M_ARENA_MAX in the postmaster: the most malloc arenas (0: glibc's default).",
+		"Sets M_ARENA_MAX in the postmaster: the most malloc arenas (0: not set; glibc ignores 0).",
 	0, 0, INT_MAX, PGC_POSTMASTER, 0, 1},
 	[GM_ARENA_TEST] = {"arena_test", M_ARENA_TEST,
 		"glibc.malloc.arena_test", "MALLOC_ARENA_TEST", sizeof(long) == 4 ? 2 : 8, false, false,
-		"Sets M_ARENA_TEST in the postmaster: arenas made before arena_max is checked (0: glibc's default).",
+		"Sets M_ARENA_TEST in the postmaster: arenas made before arena_max is checked (0: not set; glibc ignores 0).",
 	0, 0, INT_MAX, PGC_POSTMASTER, 0, 1},
 };
 
@@ -279,6 +280,20 @@ gm_mallinfo(GmMallinfo *mi)
 		}
 	}
 #endif
+}
+
+/*
+ * Microseconds on CLOCK_MONOTONIC, for due times and intervals: a step of
+ * the wall clock moves neither.  Async-signal-safe; the same clock in every
+ * process.
+ */
+int64
+gm_monotonic_usec(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 /*

@@ -238,7 +238,7 @@ glibc_malloc_doctor(PG_FUNCTION_ARGS)
 	{
 		if (free_heap(&snaps[i]) >= GM_DOCTOR_IDLE_MIN_FREE && snaps[i].pid != MyProcPid &&
 			snaps[i].signalable && gm_pid_in(snaps[i].pid, idle, nidle) &&
-			gm_shmem_may_trim(snaps[i].pid))
+			gm_shmem_may_trim(&snaps[i]))
 		{
 			idle_count++;
 			idle_free += free_heap(&snaps[i]);

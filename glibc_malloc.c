@@ -75,14 +75,14 @@ static volatile sig_atomic_t pend_xact_trim = false;	/* the preset's trim */
 static volatile sig_atomic_t pend_release = false;	/* the idle release */
 static volatile sig_atomic_t pend_publish = false;	/* a skipped publish */
 static volatile sig_atomic_t pend_unused = false;	/* release of unused memory */
-static TimestampTz xact_end_at = 0; /* 0: not read yet */
+static int64 xact_end_at = 0;	/* gm_monotonic_usec(); 0: not read yet */
 
 /*
  * Reuse, for presets that also release busy backends' memory (see
  * gm_reuse_bytes): when the last statement that used at least reuse_bytes
  * of executor memory ended, and whether a release has run since.
  */
-static TimestampTz reuse_end_at = 0;
+static int64 reuse_end_at = 0;	/* gm_monotonic_usec() */
 static volatile sig_atomic_t released_since_reuse = true;
 
 /*
@@ -92,10 +92,17 @@ static volatile sig_atomic_t released_since_reuse = true;
  * the idle release's clock, or a backend on a busy cluster never gets there.
  */
 static TimestampTz last_statement_start = 0;
+static int64 last_statement_mono = 0;	/* the same on the monotonic clock */
 
-/* ms until the earliest pending work is due (0: now), or -1; plain reads only. */
+/* No statement has started since the last top-level transaction end. */
+static bool first_statement = true;
+
+/*
+ * ms until the earliest pending work is due (0: now), or -1; plain reads
+ * only.  now and every due time are gm_monotonic_usec() readings.
+ */
 static int64
-next_due(TimestampTz now)
+next_due(int64 now)
 {
 	int64		best = -1;
 	GmSource	source;
@@ -108,7 +115,7 @@ next_due(TimestampTz now)
 		best = GM_XACT_TRIM_DELAY_MS;
 	if (pend_release && delay > 0 && xact_end_at != 0)
 	{
-		TimestampTz due = xact_end_at + (int64) delay * 1000;
+		int64		due = xact_end_at + (int64) delay * 1000;
 		int64		ms = due <= now ? 0 : (due - now + 999) / 1000;
 
 		if (best < 0 || ms < best)
@@ -126,14 +133,14 @@ next_due(TimestampTz now)
 
 /* Publish the pending snapshot if stats_interval says it is due at 'at'. */
 static void
-publish_if_due(TimestampTz at)
+publish_if_due(int64 at)
 {
 	int64		ms = gm_shmem_publish_due(at);
 
 	if (ms > 0)
 		return;
 	if (ms == 0)
-		gm_shmem_publish(GetCurrentTimestamp());
+		gm_shmem_publish(gm_monotonic_usec());
 	pend_publish = false;
 }
 
@@ -142,7 +149,7 @@ publish_if_due(TimestampTz at)
  * preset still says so; normal context or the idle point.
  */
 static void
-release_unused(TimestampTz now)
+release_unused(int64 now)
 {
 	GmSource	source;
 
@@ -153,7 +160,7 @@ release_unused(TimestampTz now)
 	 * idle point, plan() runs it from the transaction-end callback).
 	 */
 	if (gm_reuse_bytes() <= 0 || released_since_reuse ||
-		last_statement_start - reuse_end_at < (int64) gm_idle_delay(&source) * 1000)
+		last_statement_mono - reuse_end_at < (int64) gm_idle_delay(&source) * 1000)
 		return;
 	released_since_reuse = true;
 	gm_release_counted(GM_RELEASE_IDLE);
@@ -167,7 +174,7 @@ release_unused(TimestampTz now)
  * delay has passed, and a publish skipped by stats_interval once it is due.
  */
 static int64
-idle_point(TimestampTz now)
+idle_point(int64 now)
 {
 	GmSource	source;
 	int			delay = gm_idle_delay(&source);
@@ -204,7 +211,7 @@ static void
 plan(void)
 {
 	GmSource	source;
-	TimestampTz now;
+	int64		now;
 	int64		ms;
 
 	if (!(pend_xact_trim && gm_xact_trim_wanted()) && !pend_publish &&
@@ -219,10 +226,10 @@ plan(void)
 			gm_xact_trim(false);
 		}
 		if (pend_unused)
-			release_unused(GetCurrentTimestamp());
+			release_unused(gm_monotonic_usec());
 		return;
 	}
-	now = GetCurrentTimestamp();
+	now = gm_monotonic_usec();
 	if (xact_end_at == 0)
 		xact_end_at = now;
 	ms = next_due(now);
@@ -247,15 +254,25 @@ plan(void)
 static void
 statement_start(void)
 {
-	if (gm_shmem_has_requests())
-		gm_shmem_serve_requests(false);
+	/*
+	 * Requests from other backends wait until the transaction they arrived
+	 * in is over: served here only by the first statement after a
+	 * transaction end, outside a transaction block, never by a later
+	 * statement of a block or of a function (SPI).
+	 */
+	if (first_statement)
+	{
+		first_statement = false;
+		if (gm_shmem_has_requests() && !IsTransactionBlock())
+			gm_shmem_serve_requests(false);
+	}
 	if (pend_xact_trim && gm_xact_trim(true))
 		pend_xact_trim = false;
 	if (pend_unused)
-		release_unused(GetCurrentTimestamp());
-	/* The statement's start, not a clock read: this runs for every query. */
+		release_unused(gm_monotonic_usec());
+	/* One vDSO clock read, only while a publish is pending. */
 	if (pend_publish)
-		publish_if_due(GetCurrentStatementStartTimestamp());
+		publish_if_due(gm_monotonic_usec());
 	gm_statement_start();
 }
 
@@ -284,7 +301,7 @@ gm_ExecutorEnd(QueryDesc *queryDesc)
 
 	if (reuse > 0 && bytes >= reuse)
 	{
-		reuse_end_at = GetCurrentTimestamp();
+		reuse_end_at = gm_monotonic_usec();
 		released_since_reuse = false;
 	}
 	if (prev_ExecutorEnd)
@@ -303,6 +320,8 @@ gm_ExecutorEnd(QueryDesc *queryDesc)
 static void
 gm_xact_callback(XactEvent event, void *arg)
 {
+	bool		client_statement;
+
 	switch (event)
 	{
 		case XACT_EVENT_COMMIT:
@@ -318,11 +337,21 @@ gm_xact_callback(XactEvent event, void *arg)
 			 * A transaction without a client statement of its own (sinval
 			 * catch-up, notifications at the idle wait) leaves them alone.
 			 */
-			if (GetCurrentStatementStartTimestamp() != last_statement_start)
+			first_statement = true;
+			client_statement = GetCurrentStatementStartTimestamp() != last_statement_start;
+			if (client_statement)
 			{
 				GmSource	source;
+				TimestampTz wall = GetCurrentTimestamp();
+				int64		mono = gm_monotonic_usec();
 
+				/*
+				 * The statement's start on the monotonic clock: its age by
+				 * the wall clock, taken from now (no older than now if the
+				 * wall clock was stepped back meanwhile).
+				 */
 				last_statement_start = GetCurrentStatementStartTimestamp();
+				last_statement_mono = mono - Max(wall - last_statement_start, 0);
 				pend_release = true;
 				pend_xact_trim = true;
 				xact_end_at = 0;	/* plan() reads the clock if needed */
@@ -332,12 +361,12 @@ gm_xact_callback(XactEvent event, void *arg)
 				 * statement started that long after the last one that did.
 				 */
 				if (!released_since_reuse && reuse_end_at != 0 &&
-					last_statement_start - reuse_end_at >=
+					last_statement_mono - reuse_end_at >=
 					(int64) gm_idle_delay(&source) * 1000 && gm_reuse_bytes() > 0)
 					pend_unused = true;
 			}
 			if (gm_shmem_active())
-				pend_publish = gm_shmem_transaction_end(GetCurrentTimestamp());
+				pend_publish = gm_shmem_transaction_end(gm_monotonic_usec(), client_statement);
 			gm_doctor_transaction_end();
 			plan();
 			break;

@@ -179,6 +179,9 @@ typedef struct GmSnapshot
 	int64		peak_executor_bytes;	/* largest executor memory since the
 										 * last publish */
 	GmReleaseCount releases[GM_NRELEASE_KINDS];
+	uint32		served;			/* requests served so far: the monitor tells
+								 * a served request without comparing clocks */
+	int			slot;			/* the slot it was read from (readers') */
 } GmSnapshot;
 
 /*
@@ -224,6 +227,7 @@ extern const char *gm_glibc_version(void);
 extern int64 gm_mmap_threshold_limit(void);
 extern void gm_mallinfo(GmMallinfo *mi);
 extern int64 gm_rss_anon(void);
+extern int64 gm_monotonic_usec(void);
 extern int64 gm_release(size_t pad);
 extern void gm_release_counted(GmReleaseKind kind);
 
@@ -245,31 +249,31 @@ extern const char *gm_preset_name(int preset);
  * schedules it).  The pending check is signal-safe and says the same
  * without doing anything.
  */
-typedef int64 (*GmIdleWork) (TimestampTz now);
-typedef int64 (*GmIdlePending) (TimestampTz now);
+typedef int64 (*GmIdleWork) (int64 now);
+typedef int64 (*GmIdlePending) (int64 now);
 extern void gm_idle_setup(GmIdleWork work, GmIdlePending pending);
 extern bool gm_idle_enabled(void);
-extern void gm_idle_schedule(TimestampTz now, int64 delay_ms);
+extern void gm_idle_schedule(int64 now, int64 delay_ms);
 
 /* 4. shmem.c */
 extern void gm_shmem_define_gucs(void);
 extern void gm_shmem_init(void);
 extern bool gm_shmem_active(void);
 extern bool gm_shmem_publishing(void);
-extern bool gm_shmem_transaction_end(TimestampTz now);
+extern bool gm_shmem_transaction_end(int64 now, bool client_statement);
 extern bool gm_shmem_has_requests(void);
 extern void gm_shmem_serve_requests(bool at_idle);
-extern void gm_shmem_publish(TimestampTz now);
-extern int64 gm_shmem_publish_due(TimestampTz now);
+extern void gm_shmem_publish(int64 now);
+extern int64 gm_shmem_publish_due(int64 now);
 extern void gm_shmem_note_executor(int64 bytes);
 extern int	gm_shmem_snapshots(GmSnapshot **snaps);
-extern bool gm_shmem_may_trim(int pid);
+extern bool gm_shmem_may_trim(const GmSnapshot *s);
 extern int	gm_shmem_idle_pids(int **pids);
 extern bool gm_pid_in(int pid, const int *pids, int n);
 extern int64 gm_snapshot_free_heap(const GmSnapshot *s);
 extern int	gm_shmem_slot_count(void);
 extern int	gm_shmem_all_snapshots(GmSnapshot *snaps);
-extern int	gm_shmem_ask_trim(int pid);
+extern int	gm_shmem_ask_trim(const GmSnapshot *s, uint32 *served);
 extern GmMonitorState *gm_shmem_monitor(void);
 
 /* 5. monitor.c */

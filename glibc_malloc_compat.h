@@ -31,6 +31,16 @@
 #define M_ARENA_MAX			(-8)
 #endif
 
+/*
+ * A timer aimed at one thread (SIGEV_THREAD_ID): glibc 2.35 named the
+ * field sigev_notify_thread_id; before, only the union member is there.
+ */
+#ifdef sigev_notify_thread_id
+#define gm_sigev_thread_id sigev_notify_thread_id
+#else
+#define gm_sigev_thread_id _sigev_un._tid
+#endif
+
 /* ---- PostgreSQL ---- */
 
 /* PG 15 renamed EmitWarningsOnPlaceholders and made it reserve the prefix. */
@@ -81,11 +91,13 @@
 #define gm_local_beentry(i) pgstat_fetch_stat_local_beentry(i)
 #endif
 
-/* This process's PGPROC number: ProcNumber from PG 17. */
+/* PGPROC numbers: ProcNumber from PG 17. */
 #if PG_VERSION_NUM >= 170000
 #define GM_MY_PROC_NUMBER() (MyProcNumber)
+#define GM_PROC_NUMBER(proc) GetNumberFromPGProc(proc)
 #else
 #define GM_MY_PROC_NUMBER() (MyProc->pgprocno)
+#define GM_PROC_NUMBER(proc) ((proc)->pgprocno)
 #endif
 
 /*

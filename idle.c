@@ -39,10 +39,14 @@
  *		cleans up (and frees memory).
  *
  * All checks are plain reads of process-local memory, safe in a handler.
- * malloc_trim takes each arena's mutex.  If an extension has started
- * threads, one of them may hold a lock: the handler then waits for that
- * thread to finish its malloc call, which never waits on this thread, so
- * the outcome is a short wait, not corruption.  RssAnon is read with
+ * They describe the main thread, so the handler acts only there: the timer
+ * is aimed at the main thread (SIGEV_THREAD_ID), and a request from
+ * another process that the kernel delivered to a thread an extension
+ * started is passed on to the main thread (tgkill) untouched.
+ * malloc_trim takes each arena's mutex.  If an extension's thread holds
+ * one, the handler on the main thread waits for that thread to finish its
+ * malloc call, which never waits on the main thread, so the outcome is a
+ * short wait, not corruption.  RssAnon is read with
  * open/read/close and the timer is set with timer_settime, both
  * async-signal-safe.
  *
@@ -56,7 +60,9 @@
 #include "postgres.h"
 
 #include <signal.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "access/xact.h"
 #include "miscadmin.h"
@@ -89,7 +95,7 @@ static volatile sig_atomic_t retry_ms = GM_IDLE_RETRY_MS;	/* next retry interval
 static timer_t idle_timer;
 
 /*
- * The TimestampTz the timer fires at; 0 = not armed.  Where PostgreSQL
+ * When the timer fires (gm_monotonic_usec(), the timer's clock); 0 = not armed.  Where PostgreSQL
  * emulates 64-bit atomics with a spinlock, normal context touches it only
  * with SIGUSR2 blocked (gm_idle_schedule), so the handler never spins on a
  * lock the interrupted code holds.
@@ -121,7 +127,7 @@ arm(int64 delay_ms)
 	its.it_value.tv_sec = delay_ms / 1000;
 	its.it_value.tv_nsec = (delay_ms % 1000) * 1000000;
 	if (timer_settime(idle_timer, 0, &its, NULL) == 0)
-		pg_atomic_write_u64(&armed_for, GetCurrentTimestamp() + delay_ms * 1000);
+		pg_atomic_write_u64(&armed_for, gm_monotonic_usec() + delay_ms * 1000);
 #endif
 }
 
@@ -131,9 +137,25 @@ gm_sigusr2_handler(int signo, siginfo_t *info, void *context)
 {
 	int			save_errno = errno;
 
+	/*
+	 * A request from another process is process-directed: the kernel may
+	 * deliver it to any thread that does not block it, such as one an
+	 * extension or library started.  Everything below reads the main
+	 * thread's state and may run malloc, which on that thread could wait
+	 * for the very arena lock the interrupted thread holds.  Pass it on to
+	 * the main thread (whose thread id is the pid) and return.  The timer
+	 * is aimed at the main thread already.
+	 */
+	if (setup_pid == MyProcPid && (pid_t) syscall(SYS_gettid) != MyProcPid)
+	{
+		(void) syscall(SYS_tgkill, (pid_t) MyProcPid, (pid_t) MyProcPid, SIGUSR2);
+		errno = save_errno;
+		return;
+	}
+
 	if (setup_pid == MyProcPid && !in_idle_work)
 	{
-		TimestampTz now = GetCurrentTimestamp();
+		int64		now = gm_monotonic_usec();
 
 #ifdef GM_HAVE_GLIBC
 		if (info != NULL && info->si_code == SI_TIMER)
@@ -203,9 +225,11 @@ gm_idle_enabled(void)
 
 	setup_pid = MyProcPid;
 	pg_atomic_init_u64(&armed_for, 0);
+	/* Aimed at this (the main) thread, never at a thread of an extension's. */
 	memset(&sev, 0, sizeof(sev));
-	sev.sigev_notify = SIGEV_SIGNAL;
+	sev.sigev_notify = SIGEV_THREAD_ID;
 	sev.sigev_signo = SIGUSR2;
+	sev.gm_sigev_thread_id = (pid_t) syscall(SYS_gettid);
 	timer_ok = timer_create(CLOCK_MONOTONIC, &sev, &idle_timer) == 0;
 	if (!timer_ok)
 		return false;
@@ -228,7 +252,7 @@ gm_idle_enabled(void)
  * now (sooner is fine: the work re-arms for what is not due yet).
  */
 void
-gm_idle_schedule(TimestampTz now, int64 delay_ms)
+gm_idle_schedule(int64 now, int64 delay_ms)
 {
 #ifdef GM_HAVE_GLIBC
 	uint64		armed;

@@ -14,8 +14,13 @@
  *	cgroup v2	memory.current against the lower of memory.high and
  *				memory.max; memory.pressure's "some avg10"
  *	cgroup v1	memory.usage_in_bytes against memory.limit_in_bytes
- *	system		MemTotal - MemAvailable against MemTotal (/proc/meminfo);
- *				/proc/pressure/memory's "some avg10"
+ *	system		MemTotal - MemAvailable against MemTotal (/proc/meminfo)
+ *
+ * PSI is read only from the server's own cgroup v2 (memory.pressure), never
+ * from the whole machine's /proc/pressure/memory: that one rises with a
+ * neighbour's stalls and with page-cache refaults (a database larger than
+ * RAM), and acting on it would ask for half of all free heap every 10 s
+ * while the server's own usage is far below its limit.
  *
  * In a cgroup, the usage counts what the kernel cannot simply drop: the
  * cgroup's usage minus its file pages (active_file and inactive_file in
@@ -32,8 +37,10 @@
  * The cap asks for what exceeds it.  Backends are asked largest holder
  * first, through the remote-trim path (served at their idle point, or after
  * their current transaction), and only until the bytes asked cover the
- * need; a backend asked is not asked again until it has published a snapshot
- * since, or GM_MONITOR_RETRY_MS passed.  Every round that asks logs, at LOG,
+ * need.  A backend asked is not asked again until it has served the
+ * request; what it was asked for counts against the need for
+ * GM_MONITOR_GRACE_MS only, so that a backend that cannot serve (idle in a
+ * transaction) does not stop the others from being asked.  Every round that asks logs, at LOG,
  * how many backends, how many bytes and why; so does the end of pressure,
  * with what the backends returned (their RssAnon drop).
  *
@@ -72,9 +79,9 @@ PGDLLEXPORT void glibc_malloc_monitor_main(Datum arg);
 #define GM_MONITOR_TICK_MS		250 /* how often the limits are read */
 #define GM_MONITOR_HYSTERESIS	0.05	/* pressure ends this far below */
 #define GM_MONITOR_PSI_ROUND_MS 10000	/* PSI's avg10 needs 10 s to move */
-#define GM_MONITOR_RETRY_MS		5000	/* ask a silent backend again */
+#define GM_MONITOR_GRACE_MS		1000	/* a request not served by then may
+											 * never be (idle in transaction) */
 #define GM_MONITOR_MIN_FREE		(256 * 1024)	/* not worth a trim below */
-#define GM_MONITOR_MAX_ASKED	1024	/* backends tracked after asking */
 #define GM_MONITOR_REDETECT_MS	10000	/* look for a new limit this often */
 #define GM_MONITOR_LOG_MS		10000	/* log rounds of one episode this often */
 
@@ -112,31 +119,41 @@ static char limit_dir[MAXPGPATH];	/* where the limit is read */
 static char cgroup_seen[16384];	/* the postmaster's /proc/PID/cgroup */
 static bool truncated_logged = false;
 static char cgroup_guc_seen[MAXPGPATH];
-static TimestampTz detected_at = 0;	/* 0: never */
+static int64 detected_at = 0;	/* monotonic; 0: never */
 
-/* Backends asked and not heard from yet. */
+/*
+ * Backends with a trim request pending, by slot: the monitor's own, and
+ * others' it found (glibc_malloc_trim_backend), until served (a snapshot
+ * published since) or gone.  A request served within GM_MONITOR_GRACE_MS
+ * counts against the need; one that is not may never be (a backend idle in
+ * a transaction, a worker without transactions), so its bytes stop
+ * counting and the next holders are asked instead.  Allocated once.
+ */
 typedef struct GmAsked
 {
-	int			pid;
-	TimestampTz asked_at;
+	int			pid;			/* 0 = none */
+	uint32		served;			/* its count of served requests before */
+	TimestampTz asked_at;		/* the monitor's clock (monotonic) */
 	int64		rss_before;
 	int64		bytes;			/* its free heap when asked */
+	bool		ours;			/* the monitor asked (counted in the view) */
 } GmAsked;
 
-static GmAsked asked[GM_MONITOR_MAX_ASKED];
-static int	nasked = 0;
+static GmAsked *asked = NULL;
+static int *live = NULL;		/* settle_asked's: snapshot by slot, -1 = none */
+static int	nslots = 0;
 
 /* Pressure bookkeeping. */
 static bool pressure = false;
-static TimestampTz pressure_since = 0;
+static int64 pressure_since = 0;	/* intervals: gm_monotonic_usec() */
 static int64 pressure_returned = 0;
 static int64 returned_total = 0;	/* the view's returned_bytes */
 static int	pressure_rounds = 0;
-static TimestampTz last_psi_round = 0;
+static int64 last_psi_round = 0;
 static bool over_cap = false;		/* the cap was exceeded at the last look */
 
 /* Rounds not logged yet (see ask_backends). */
-static TimestampTz last_log_at = 0;
+static int64 last_log_at = 0;
 static int	quiet_rounds = 0;
 static int	quiet_count = 0;
 static int64 quiet_bytes = 0;
@@ -449,9 +466,9 @@ detect(void)
 
 	changed = strcmp(pg_cgroup, cgroup_seen) != 0 || strcmp(guc, cgroup_guc_seen) != 0;
 	if (detected_at != 0 && !changed &&
-		GetCurrentTimestamp() - detected_at < (int64) GM_MONITOR_REDETECT_MS * 1000)
+		gm_monotonic_usec() - detected_at < (int64) GM_MONITOR_REDETECT_MS * 1000)
 		return;
-	detected_at = GetCurrentTimestamp();
+	detected_at = gm_monotonic_usec();
 	strlcpy(cgroup_seen, pg_cgroup, sizeof(cgroup_seen));
 	strlcpy(cgroup_guc_seen, guc, sizeof(cgroup_guc_seen));
 
@@ -495,10 +512,9 @@ read_limits(GmLimits *l)
 		inactive = read_key(path, v1 ? "total_inactive_file" : "inactive_file");
 		if (l->usage >= 0)
 			l->usage = Max(l->usage - Max(active, 0) - Max(inactive, 0), 0);
+		/* The cgroup's own PSI; the machine's is not ours (see above). */
 		snprintf(path, sizeof(path), "%s/memory.pressure", cgroup_dir);
 		l->psi = v1 ? -1 : read_psi(path);
-		if (l->psi < 0)
-			l->psi = read_psi("/proc/pressure/memory");
 	}
 	else if (source == GM_LIMIT_SYSTEM)
 	{
@@ -510,7 +526,6 @@ read_limits(GmLimits *l)
 			l->limit = total * 1024;
 			l->usage = (total - avail) * 1024;
 		}
-		l->psi = read_psi("/proc/pressure/memory");
 	}
 }
 
@@ -525,45 +540,37 @@ fmt_bytes(char *buf, size_t size, int64 bytes)
 	return buf;
 }
 
-/* Record the backends that served a request (they published since) or went silent. */
+/*
+ * Record the backends that served a request (a snapshot published since)
+ * and forget those that left their slot.  O(slots).
+ */
 static void
-settle_asked(const GmSnapshot *snaps, int n, TimestampTz now)
+settle_asked(const GmSnapshot *snaps, int n)
 {
-	int			keep = 0;
+	for (int i = 0; i < nslots; i++)
+		live[i] = -1;
+	for (int j = 0; j < n; j++)
+		live[snaps[j].slot] = j;
 
-	for (int i = 0; i < nasked; i++)
+	for (int i = 0; i < nslots; i++)
 	{
-		const GmSnapshot *s = NULL;
+		const GmSnapshot *s;
 
-		for (int j = 0; j < n && s == NULL; j++)
-			if (snaps[j].pid == asked[i].pid)
-				s = &snaps[j];
-		if (s != NULL && s->taken_at >= asked[i].asked_at)
+		if (asked[i].pid == 0)
+			continue;
+		s = live[i] >= 0 ? &snaps[live[i]] : NULL;
+		if (s != NULL && s->pid == asked[i].pid && s->served == asked[i].served)
+			continue;			/* not served yet */
+		if (s != NULL && s->pid == asked[i].pid && asked[i].ours &&
+			s->rss_anon_bytes >= 0 && asked[i].rss_before > s->rss_anon_bytes)
 		{
-			if (s->rss_anon_bytes >= 0 && asked[i].rss_before > s->rss_anon_bytes)
-			{
-				int64		drop = asked[i].rss_before - s->rss_anon_bytes;
+			int64		drop = asked[i].rss_before - s->rss_anon_bytes;
 
-				pressure_returned += drop;
-				returned_total += drop;
-			}
-			continue;
+			pressure_returned += drop;
+			returned_total += drop;
 		}
-		if (s == NULL || now - asked[i].asked_at >= (int64) GM_MONITOR_RETRY_MS * 1000)
-			continue;
-		asked[keep++] = asked[i];
+		asked[i].pid = 0;
 	}
-	nasked = keep;
-}
-
-/* Whether pid was asked and has not answered yet. */
-static bool
-is_asked(int pid)
-{
-	for (int i = 0; i < nasked; i++)
-		if (asked[i].pid == pid)
-			return true;
-	return false;
 }
 
 /* qsort: largest resident free heap first. */
@@ -589,37 +596,41 @@ ask_backends(GmSnapshot *snaps, int n, int64 need, const char *why, bool first)
 {
 	GmMonitorState *st = gm_shmem_monitor();
 	TimestampTz now = GetCurrentTimestamp();
+	int64		mono = gm_monotonic_usec();
 	int			count = 0;
 	int64		bytes = 0;
 	char		b1[32];
 	char		b2[32];
 
-	for (int i = 0; i < nasked; i++)
-		need -= asked[i].bytes;
+	/* Pending requests still within their grace will return that much. */
+	for (int i = 0; i < nslots; i++)
+		if (asked[i].pid != 0 && mono - asked[i].asked_at < (int64) GM_MONITOR_GRACE_MS * 1000)
+			need -= asked[i].bytes;
 	qsort(snaps, n, sizeof(GmSnapshot), cmp_free_desc);
-	for (int i = 0; i < n && need > 0 && nasked < GM_MONITOR_MAX_ASKED; i++)
+	for (int i = 0; i < n && need > 0; i++)
 	{
-		int64		f = gm_snapshot_free_heap(&snaps[i]);
-		TimestampTz at = GetCurrentTimestamp();	/* before the request */
+		GmSnapshot *s = &snaps[i];
+		int64		f = gm_snapshot_free_heap(s);
+		GmAsked    *a = &asked[s->slot];
 		int			r;
 
 		if (f < GM_MONITOR_MIN_FREE)
 			break;
-		if (snaps[i].pid == MyProcPid || is_asked(snaps[i].pid))
+		if (s->pid == MyProcPid || a->pid == s->pid)
+			continue;			/* asked already: counted above, or unserved */
+		r = gm_shmem_ask_trim(s, &a->served);
+		if (r == 0)
 			continue;
-		r = gm_shmem_ask_trim(snaps[i].pid);
+		a->pid = s->pid;
+		a->asked_at = gm_monotonic_usec();	/* before it can serve */
+		a->rss_before = s->rss_anon_bytes;
+		a->bytes = f;
+		a->ours = r > 0;
+		need -= f;				/* still pending (r < 0) or asked now */
 		if (r < 0)
-			need -= f;			/* still pending: it will return that */
-		if (r <= 0)
 			continue;
-		asked[nasked].pid = snaps[i].pid;
-		asked[nasked].asked_at = at;
-		asked[nasked].rss_before = snaps[i].rss_anon_bytes;
-		asked[nasked].bytes = f;
-		nasked++;
 		count++;
 		bytes += f;
-		need -= f;
 	}
 	if (count == 0)
 		return false;
@@ -640,7 +651,7 @@ ask_backends(GmSnapshot *snaps, int n, int64 need, const char *why, bool first)
 	quiet_rounds++;
 	quiet_count += count;
 	quiet_bytes += bytes;
-	if (!first && last_log_at != 0 && now - last_log_at < (int64) GM_MONITOR_LOG_MS * 1000)
+	if (!first && last_log_at != 0 && mono - last_log_at < (int64) GM_MONITOR_LOG_MS * 1000)
 		return true;
 	if (quiet_rounds == 1)
 		ereport(LOG,
@@ -652,9 +663,9 @@ ask_backends(GmSnapshot *snaps, int n, int64 need, const char *why, bool first)
 		ereport(LOG,
 				(errmsg("glibc_malloc memory monitor: asked %d backends to return %s of free heap in %d rounds over %.1f s",
 						quiet_count, fmt_bytes(b2, sizeof(b2), quiet_bytes), quiet_rounds,
-						last_log_at ? (double) (now - last_log_at) / USECS_PER_SEC : 0.0),
+						last_log_at ? (double) (mono - last_log_at) / USECS_PER_SEC : 0.0),
 				 errdetail_internal("The last round: %s", st->last_action)));
-	last_log_at = now;
+	last_log_at = mono;
 	quiet_rounds = 0;
 	quiet_count = 0;
 	quiet_bytes = 0;
@@ -666,7 +677,8 @@ static void
 monitor_tick(void)
 {
 	GmMonitorState *st = gm_shmem_monitor();
-	TimestampTz now = GetCurrentTimestamp();
+	TimestampTz now = GetCurrentTimestamp();	/* shown in the view */
+	int64		mono = gm_monotonic_usec();	/* for intervals */
 	GmLimits	l;
 	int			n;
 	int64		total_free = 0;
@@ -683,7 +695,7 @@ monitor_tick(void)
 	n = gm_shmem_all_snapshots(snaps);
 	for (int i = 0; i < n; i++)
 		total_free += gm_snapshot_free_heap(&snaps[i]);
-	settle_asked(snaps, n, now);
+	settle_asked(snaps, n);
 
 	if (monitor_enabled && l.limit > 0 && l.usage >= 0)
 	{
@@ -693,7 +705,7 @@ monitor_tick(void)
 		if (!pressure && frac >= monitor_fraction)
 		{
 			pressure = true;
-			pressure_since = now;
+			pressure_since = mono;
 			pressure_returned = 0;
 			pressure_rounds = 0;
 		}
@@ -701,7 +713,7 @@ monitor_tick(void)
 		{
 			ereport(LOG,
 					(errmsg("glibc_malloc memory monitor: memory pressure over after %.1f s: %s usage %s is %.0f%% of the %s limit",
-							(double) (now - pressure_since) / USECS_PER_SEC,
+							(double) (mono - pressure_since) / USECS_PER_SEC,
 							limit_source_names[l.source], fmt_bytes(b1, sizeof(b1), l.usage),
 							100 * frac, fmt_bytes(b2, sizeof(b2), l.limit)),
 					 errdetail_internal("%d rounds; the backends asked returned %s.",
@@ -725,10 +737,10 @@ monitor_tick(void)
 		pressure = false;
 
 	if (monitor_enabled && need <= 0 && monitor_psi > 0 && l.psi >= monitor_psi &&
-		(last_psi_round == 0 || now - last_psi_round >= (int64) GM_MONITOR_PSI_ROUND_MS * 1000))
+		(last_psi_round == 0 || mono - last_psi_round >= (int64) GM_MONITOR_PSI_ROUND_MS * 1000))
 	{
 		need = total_free / 2;
-		last_psi_round = now;
+		last_psi_round = mono;
 		first = true;			/* at most every 10 s anyway */
 		snprintf(why, sizeof(why), "memory pressure: PSI some avg10 is %.1f%% (acting at %.1f%%); asking for half of the %s of free heap",
 				 l.psi, monitor_psi, fmt_bytes(b1, sizeof(b1), total_free));
@@ -794,8 +806,10 @@ glibc_malloc_monitor_main(Datum arg)
 		proc_exit(0);
 	on_shmem_exit(monitor_exit, (Datum) 0);
 	/* Once: a tick allocates nothing, so it cannot fail for lack of memory. */
-	snaps = MemoryContextAlloc(TopMemoryContext,
-							   sizeof(GmSnapshot) * Max(gm_shmem_slot_count(), 1));
+	nslots = Max(gm_shmem_slot_count(), 1);
+	snaps = MemoryContextAlloc(TopMemoryContext, sizeof(GmSnapshot) * nslots);
+	asked = MemoryContextAllocZero(TopMemoryContext, sizeof(GmAsked) * nslots);
+	live = MemoryContextAlloc(TopMemoryContext, sizeof(int) * nslots);
 	/* A restarted monitor goes on counting. */
 	returned_total = gm_shmem_monitor()->returned_bytes;
 

@@ -110,7 +110,7 @@ static int64 rss_after_trim = 0;
 
 /* When gm_xact_trim last read RssAnon: at most every GM_RSS_CHECK_MS. */
 #define GM_RSS_CHECK_MS 100
-static TimestampTz last_rss_check = 0;
+static int64 last_rss_check = 0;	/* gm_monotonic_usec() */
 
 /* Assign hooks apply only once _PG_init has defined every GUC. */
 static bool gucs_ready = false;
@@ -341,7 +341,7 @@ gm_xact_trim(bool busy)
 	GmMallinfo	mi;
 	int64		min_growth;
 	int64		rss;
-	TimestampTz now;
+	int64		now;
 
 	if (!gm_xact_trim_wanted())
 		return true;
@@ -355,8 +355,8 @@ gm_xact_trim(bool busy)
 	 * point is reached after every transaction: a busy backend reads /proc
 	 * at most every GM_RSS_CHECK_MS.
 	 */
-	now = GetCurrentTimestamp();
-	if (busy && last_rss_check != 0 && now >= last_rss_check &&
+	now = gm_monotonic_usec();
+	if (busy && last_rss_check != 0 &&
 		now - last_rss_check < GM_RSS_CHECK_MS * 1000)
 		return false;
 	last_rss_check = now;

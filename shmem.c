@@ -82,7 +82,7 @@ static int	stats_interval = 1000;
 static GmShared *shared = NULL;
 static GmSlot *my_slot = NULL;
 static int	my_slot_pid = 0;
-static TimestampTz last_publish = 0;
+static int64 last_publish = 0;	/* gm_monotonic_usec(); 0 = never */
 
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 #if PG_VERSION_NUM >= 150000
@@ -239,10 +239,13 @@ claim_slot(void)
  */
 #define GM_CONTEXT_WALK_MS 1000
 
-static TimestampTz last_context_walk = 0;
+static int64 last_context_walk = 0;	/* gm_monotonic_usec() */
 static int64 context_bytes = -1;
 static int64 cache_bytes = -1;
 static int64 outside_context_bytes = -1;	/* in_use - context_bytes, at the walk */
+
+/* Requests this process has served, for the snapshot. */
+static uint32 served = 0;
 
 /* The largest executor memory since the last publish (gm_shmem_note_executor). */
 static int64 peak_executor_bytes = 0;
@@ -254,7 +257,7 @@ static int64 peak_executor_bytes = 0;
  * not changing).
  */
 static void
-publish(TimestampTz now, bool fresh_contexts)
+publish(int64 now, bool fresh_contexts)
 {
 	GmSlot	   *slot = my_slot;
 	GmMallinfo	mi;
@@ -262,7 +265,7 @@ publish(TimestampTz now, bool fresh_contexts)
 	if (slot == NULL || my_slot_pid != MyProcPid)
 		return;
 	gm_mallinfo(&mi);
-	if (fresh_contexts || last_context_walk == 0 || now < last_context_walk ||
+	if (fresh_contexts || last_context_walk == 0 ||
 		now - last_context_walk >= GM_CONTEXT_WALK_MS * 1000)
 	{
 		context_bytes = TopMemoryContext ? (int64) MemoryContextMemAllocated(TopMemoryContext, true) : -1;
@@ -278,7 +281,7 @@ publish(TimestampTz now, bool fresh_contexts)
 	slot->snap.roleid = MyProc->roleId;	/* InvalidOid in the autovacuum launcher */
 	slot->snap.backend_type = MyBackendType;
 	slot->snap.preset = gm_current_preset();
-	slot->snap.taken_at = now;
+	slot->snap.taken_at = GetCurrentTimestamp();	/* shown, not compared */
 	slot->snap.system_bytes = mi.arena + mi.hblkhd;
 	slot->snap.in_use_bytes = mi.uordblks + mi.hblkhd;
 	slot->snap.free_bytes = mi.fordblks;
@@ -291,6 +294,7 @@ publish(TimestampTz now, bool fresh_contexts)
 	slot->snap.peak_executor_bytes = peak_executor_bytes;
 	for (int k = 0; k < GM_NRELEASE_KINDS; k++)
 		slot->snap.releases[k] = gm_releases[k];
+	slot->snap.served = served;
 	pg_write_barrier();
 	slot->changecount++;
 	last_publish = now;
@@ -299,7 +303,7 @@ publish(TimestampTz now, bool fresh_contexts)
 
 /* Publish a snapshot now (the contexts walked at most every GM_CONTEXT_WALK_MS). */
 void
-gm_shmem_publish(TimestampTz now)
+gm_shmem_publish(int64 now)
 {
 	publish(now, false);
 }
@@ -336,14 +340,15 @@ gm_shmem_serve_requests(bool at_idle)
 	req = pg_atomic_exchange_u32(&my_slot->requests, 0);
 	if ((req & GM_REQ_TRIM) || (at_idle && (req & GM_REQ_TRIM_IDLE)))
 		gm_release_counted(GM_RELEASE_REMOTE);
-	publish(GetCurrentTimestamp(), true);
+	served++;
+	publish(gm_monotonic_usec(), true);
 }
 
 /* In how many ms a publish is due (0: now), or -1 when publishing is off; signal-safe. */
 int64
-gm_shmem_publish_due(TimestampTz now)
+gm_shmem_publish_due(int64 now)
 {
-	TimestampTz due;
+	int64		due;
 
 	if (my_slot == NULL || my_slot_pid != MyProcPid || stats_interval < 0)
 		return -1;
@@ -352,26 +357,30 @@ gm_shmem_publish_due(TimestampTz now)
 }
 
 /*
- * At top-level transaction end: claim the slot.  A process with an idle
+ * At top-level transaction end (client_statement: one that ran a statement
+ * of the client's): claim the slot.  A process with an idle
  * point (a client backend) leaves requests and its next snapshot for after
  * the transaction and returns true; the others serve requests, and publish
  * when stats_interval says so, now.
  */
 bool
-gm_shmem_transaction_end(TimestampTz now)
+gm_shmem_transaction_end(int64 now, bool client_statement)
 {
 	if (shared == NULL || claim_slot() == NULL)
 		return false;
 
 	/*
-	 * The backend worked since trim_idle() asked: drop that request.  Other
-	 * requests wait for the idle point or the next statement start, after
-	 * this transaction's locks and memory are released, in processes that
-	 * have them (client backends); the others are served now.
+	 * The backend ran a client statement since trim_idle() asked: drop that
+	 * request.  Not for transactions PostgreSQL runs by itself at the idle
+	 * wait (sinval catch-up, notifications): the backend is still idle.
+	 * Other requests wait for the idle point or the next statement start,
+	 * after this transaction's locks and memory are released, in processes
+	 * that have them (client backends); the others are served now.
 	 */
 	if (gm_shmem_has_requests())
 	{
-		pg_atomic_fetch_and_u32(&my_slot->requests, ~(uint32) GM_REQ_TRIM_IDLE);
+		if (client_statement)
+			pg_atomic_fetch_and_u32(&my_slot->requests, ~(uint32) GM_REQ_TRIM_IDLE);
 		if (!gm_idle_enabled())
 		{
 			gm_shmem_serve_requests(false);
@@ -385,7 +394,7 @@ gm_shmem_transaction_end(TimestampTz now)
 	if (gm_idle_enabled())
 		return true;
 	if (stats_interval == 0 || last_publish == 0 ||
-		TimestampDifferenceExceeds(last_publish, now, stats_interval))
+		now - last_publish >= (int64) stats_interval * 1000)
 	{
 		gm_shmem_publish(now);
 		return false;
@@ -422,6 +431,7 @@ read_slot(GmSlot *slot, GmSnapshot *copy)
 			break;
 		CHECK_FOR_INTERRUPTS();
 	}
+	copy->slot = slot - shared->slots;
 	return copy->pid != 0;
 }
 
@@ -472,44 +482,74 @@ trim_refusal(PGPROC *proc)
 	return NULL;
 }
 
-/* Whether the caller may trim process pid (trim_refusal's rules); false if it is gone. */
-bool
-gm_shmem_may_trim(int pid)
+/*
+ * The PGPROC of the process whose snapshot s is, or NULL if it is gone.
+ * O(1): the slot number is its PGPROC number.
+ */
+static PGPROC *
+snapshot_proc(const GmSnapshot *s)
 {
-	PGPROC	   *proc = BackendPidGetProc(pid);
+	PGPROC	   *proc;
+
+	if (s->slot < 0 || s->slot >= shared->nslots)
+		return NULL;
+	proc = GetPGProcByNumber(s->slot);
+	return proc->pid == s->pid ? proc : NULL;
+}
+
+/* Whether the caller may trim the process of snapshot s (trim_refusal's rules); false if it is gone. */
+bool
+gm_shmem_may_trim(const GmSnapshot *s)
+{
+	PGPROC	   *proc = snapshot_proc(s);
 
 	return proc != NULL && trim_refusal(proc) == NULL;
 }
 
-/*
- * Set request flags in the slot of process pid and wake it up; false when
- * it has no slot (any more).  The pid is checked again right before kill(),
- * so that a slot reused by a new process is not signalled by mistake.
- */
-static bool
-send_request(int pid, uint32 flags)
+/* What send_request did. */
+typedef enum GmSent
 {
-	GmSnapshot	s;
-	GmSlot	   *slot = NULL;
+	GM_SENT_NONE,				/* the process has no slot (any more) */
+	GM_SENT_QUEUED,				/* flags set; it has no idle point to wake,
+								 * and serves them at its next transaction
+								 * end, if it ever has one */
+	GM_SENT_DELIVERED			/* flags set and the process woken (or it
+								 * is this one, which served them) */
+} GmSent;
 
-	for (int i = 0; i < shared->nslots && slot == NULL; i++)
-		if (read_slot(&shared->slots[i], &s) && s.pid == pid)
-			slot = &shared->slots[i];
-	if (slot == NULL)
-		return false;
+/*
+ * Set request flags in slot slotno, which process pid holds, and wake that
+ * process.  O(1): callers know the slot.  The signal is sent under
+ * ProcArrayLock, after checking that the slot's PGPROC still has this pid:
+ * a backend leaves the proc array under that lock (exclusive) before it
+ * exits, so while we hold it the pid cannot have been reaped and handed to
+ * an unrelated process, which SIGUSR2 would kill.
+ */
+static GmSent
+send_request(int slotno, int pid, uint32 flags)
+{
+	GmSlot	   *slot = &shared->slots[slotno];
+	GmSent		sent = GM_SENT_NONE;
 
+	if (slot->snap.pid != pid)
+		return GM_SENT_NONE;
 	pg_atomic_fetch_or_u32(&slot->requests, flags);
 	if (pid == MyProcPid)
 	{
 		gm_shmem_serve_requests(false);
-		return true;
+		return GM_SENT_DELIVERED;
 	}
-	pg_read_barrier();
-	if (slot->snap.pid != pid)
-		return false;
-	if (s.signalable && kill(pid, SIGUSR2) != 0)
-		return false;
-	return true;
+	pg_memory_barrier();
+	LWLockAcquire(ProcArrayLock, LW_SHARED);
+	if (GetPGProcByNumber(slotno)->pid == pid && slot->snap.pid == pid)
+	{
+		if (!slot->snap.signalable)
+			sent = GM_SENT_QUEUED;
+		else if (kill(pid, SIGUSR2) == 0)
+			sent = GM_SENT_DELIVERED;
+	}
+	LWLockRelease(ProcArrayLock);
+	return sent;
 }
 
 PG_FUNCTION_INFO_V1(glibc_malloc_backends);
@@ -529,7 +569,7 @@ gm_shmem_snapshots(GmSnapshot **snaps)
 
 	require_shared();
 	if (claim_slot())
-		publish(GetCurrentTimestamp(), true);
+		publish(gm_monotonic_usec(), true);
 	*snaps = palloc(sizeof(GmSnapshot) * shared->nslots);
 	for (int i = 0; i < shared->nslots; i++)
 	{
@@ -567,26 +607,28 @@ gm_shmem_all_snapshots(GmSnapshot *snaps)
 }
 
 /*
- * The memory monitor's trim request: like glibc_malloc_trim_backend()'s,
- * served at the target's next safe point.  Returns 1 when asked, 0 when it
- * has no slot, -1 when a trim request is still pending there (idle in a
- * transaction, say): asking again would change nothing.
+ * The memory monitor's trim request for the process of snapshot s: like
+ * glibc_malloc_trim_backend()'s, served at the target's next safe point.
+ * Returns 1 when asked, 0 when the process has left its slot, -1 when a
+ * trim request is still pending there (idle in a transaction, say): asking
+ * again would change nothing.  *served is the process's count of served
+ * requests before this one: a snapshot with a higher count served it.  O(1).
  */
 int
-gm_shmem_ask_trim(int pid)
+gm_shmem_ask_trim(const GmSnapshot *s, uint32 *served_before)
 {
-	GmSnapshot	s;
+	GmSlot	   *slot;
 
-	if (shared == NULL)
+	if (shared == NULL || s->slot < 0 || s->slot >= shared->nslots)
 		return 0;
-	for (int i = 0; i < shared->nslots; i++)
-		if (read_slot(&shared->slots[i], &s) && s.pid == pid)
-		{
-			if (pg_atomic_read_u32(&shared->slots[i].requests) & GM_REQ_TRIM)
-				return -1;
-			return send_request(pid, GM_REQ_TRIM | GM_REQ_PUBLISH) ? 1 : 0;
-		}
-	return 0;
+	slot = &shared->slots[s->slot];
+	if (slot->snap.pid != s->pid)
+		return 0;
+	*served_before = slot->snap.served;
+	pg_read_barrier();
+	if (pg_atomic_read_u32(&slot->requests) & GM_REQ_TRIM)
+		return -1;
+	return send_request(s->slot, s->pid, GM_REQ_TRIM | GM_REQ_PUBLISH) != GM_SENT_NONE ? 1 : 0;
 }
 
 /*
@@ -715,13 +757,23 @@ glibc_malloc_trim_backend(PG_FUNCTION_ARGS)
 				 errmsg("permission denied to trim backend %d", pid),
 				 errdetail_internal("%s", refusal)));
 
-	if (!send_request(pid, GM_REQ_TRIM | GM_REQ_PUBLISH))
+	switch (send_request(GM_PROC_NUMBER(proc), pid, GM_REQ_TRIM | GM_REQ_PUBLISH))
 	{
-		ereport(WARNING,
-				(errcode(ERRCODE_WARNING),
-				 errmsg("process %d does not take glibc_malloc requests yet", pid),
-				 errhint("Try again after its next transaction.")));
-		PG_RETURN_BOOL(false);
+		case GM_SENT_NONE:
+			ereport(WARNING,
+					(errcode(ERRCODE_WARNING),
+					 errmsg("process %d does not take glibc_malloc requests yet", pid),
+					 errhint("Try again after its next transaction.")));
+			PG_RETURN_BOOL(false);
+		case GM_SENT_QUEUED:
+			/* Still true, as before 1.5: it was asked. */
+			ereport(NOTICE,
+					(errmsg("the request to process %d is queued, not delivered", pid),
+					 errdetail("A %s has no idle point to wake: it trims at its next transaction end, if it has one.",
+							   GetBackendTypeDesc(shared->slots[GM_PROC_NUMBER(proc)].snap.backend_type))));
+			break;
+		case GM_SENT_DELIVERED:
+			break;
 	}
 	PG_RETURN_BOOL(true);
 }
@@ -778,7 +830,7 @@ glibc_malloc_trim_idle(PG_FUNCTION_ARGS)
 	int64		min_free = PG_GETARG_INT64(0);
 	int		   *idle;
 	int			nidle = 0;
-	int		   *targets;
+	GmSnapshot *targets;
 	int			ntargets = 0;
 	int			asked = 0;
 
@@ -791,23 +843,20 @@ glibc_malloc_trim_idle(PG_FUNCTION_ARGS)
 	nidle = gm_shmem_idle_pids(&idle);
 
 	/* Then the snapshots and the privileges, before asking anybody. */
-	targets = palloc(sizeof(int) * shared->nslots);
+	targets = palloc(sizeof(GmSnapshot) * shared->nslots);
 	for (int i = 0; i < shared->nslots; i++)
 	{
-		GmSnapshot	s;
-		PGPROC	   *proc;
+		GmSnapshot *s = &targets[ntargets];
 
-		if (!read_slot(&shared->slots[i], &s) || s.pid == MyProcPid || !s.signalable ||
-			s.taken_at == 0 || s.free_bytes <= min_free || !gm_pid_in(s.pid, idle, nidle))
+		if (!read_slot(&shared->slots[i], s) || s->pid == MyProcPid || !s->signalable ||
+			s->taken_at == 0 || s->free_bytes <= min_free || !gm_pid_in(s->pid, idle, nidle) ||
+			!gm_shmem_may_trim(s))
 			continue;
-		proc = BackendPidGetProc(s.pid);
-		if (proc == NULL || trim_refusal(proc) != NULL)
-			continue;
-		targets[ntargets++] = s.pid;
+		ntargets++;
 	}
 
 	for (int i = 0; i < ntargets; i++)
-		if (send_request(targets[i], GM_REQ_TRIM_IDLE | GM_REQ_PUBLISH))
+		if (send_request(targets[i].slot, targets[i].pid, GM_REQ_TRIM_IDLE | GM_REQ_PUBLISH) == GM_SENT_DELIVERED)
 			asked++;
 	PG_RETURN_INT32(asked);
 }

@@ -66,7 +66,7 @@ RESET glibc_malloc.mxfast;
 SET glibc_malloc.perturb = 170;
 SHOW glibc_malloc.perturb;
 SET glibc_malloc.perturb = 256;
-SET glibc_malloc.perturb = -1;
+SET glibc_malloc.perturb = -2;
 RESET glibc_malloc.perturb;
 
 -- idle_release_delay: milliseconds, with units; -1 = the preset decides.

@@ -77,4 +77,28 @@ SKIP:
 	$node->stop;
 }
 
+# MALLOC_PERTURB_ in the environment: an explicit glibc_malloc.perturb = 0
+# turns perturbation off (an explicit knob wins), and RESET restores the
+# environment's byte.  Read in glibc itself.
+{
+	my $node = new_node('perturb_env', '', no_start => 1);
+	{
+		local $ENV{MALLOC_PERTURB_} = 165;
+		$node->start;
+	}
+	$node->safe_psql('postgres', 'CREATE EXTENSION glibc_malloc');
+	my $s = $node->background_psql('postgres');
+	my $pid = $s->query_safe('SELECT pg_backend_pid()');
+	is(settings_of($s)->{perturb}, '165|environment|true', 'MALLOC_PERTURB_: perturb comes from the environment');
+	is(glibc_var($pid, 'perturb_byte'), 165, 'glibc perturbs with it');
+	$s->query_safe('SET glibc_malloc.perturb = 0');
+	is(settings_of($s)->{perturb}, '0|setting|true', 'SET glibc_malloc.perturb = 0 is an explicit setting');
+	is(glibc_var($pid, 'perturb_byte'), 0, 'and glibc stops perturbing');
+	$s->query_safe('RESET glibc_malloc.perturb');
+	is(settings_of($s)->{perturb}, '165|environment|true', 'RESET: the environment again');
+	is(glibc_var($pid, 'perturb_byte'), 165, 'in glibc too');
+	$s->quit;
+	$node->stop;
+}
+
 done_testing();

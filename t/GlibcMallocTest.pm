@@ -15,8 +15,8 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
 
-our @EXPORT = qw(new_node workload seed_sort_table seed_sort glibc_params rss_anon
-  count_syscalls settings_of parallel_option wait_for check_clean_server);
+our @EXPORT = qw(new_node workload seed_sort_table seed_sort glibc_params glibc_var rss_anon
+  count_syscalls settings_of parallel_option wait_for check_clean_server test_module);
 
 # A workload's SQL from bench/NAME.sql (shared with the benchmark and the
 # demo), without its final semicolon.
@@ -67,6 +67,18 @@ sub glibc_params
 	die "cannot read glibc's mp_ in process $pid (are gdb and libc6-dbg installed?):\n$out$err"
 	  unless exists $mp{trim_threshold};
 	return \%mp;
+}
+
+# One of glibc's own variables in process $pid (perturb_byte, say), read
+# with gdb like glibc_params.
+sub glibc_var
+{
+	my ($pid, $var) = @_;
+	my ($out, $err);
+	IPC::Run::run([ 'gdb', '-batch', '-nx', '-p', $pid, '-ex', "p $var" ],
+		'<', \undef, '>', \$out, '2>', \$err);
+	die "cannot read glibc's $var in process $pid:\n$out$err" unless ($out // '') =~ /^\$\d+ = (-?\d+)/m;
+	return $1;
 }
 
 # RssAnon of process $pid, in bytes.
@@ -130,6 +142,23 @@ sub check_clean_server
 	unlike($log, qr/\b(ERROR|FATAL|PANIC|WARNING):/, 'the server log is clean');
 	unlike($log, qr/terminated by signal/, 'no backend crashed');
 	is($node->safe_psql('postgres', 'SELECT count(*) FROM t'), $rows, 'the server still answers');
+}
+
+# Build the test-only C module t/modules/$name.c against the server's
+# headers (pg_config first in PATH, as for the tests' servers) and return
+# the path of its shared library, for CREATE FUNCTION ... AS 'path'.
+sub test_module
+{
+	my ($name) = @_;
+	my $inc = `pg_config --includedir-server`;
+	chomp $inc;
+	my $so = PostgreSQL::Test::Utils::tempdir . "/$name.so";
+	my ($out, $err);
+	IPC::Run::run([ 'cc', '-shared', '-fPIC', '-O2', '-Wall', '-I', $inc,
+			"$FindBin::RealBin/modules/$name.c", '-o', $so, '-lpthread' ],
+		'<', \undef, '>', \$out, '2>', \$err)
+	  or die "cannot build t/modules/$name.c:\n$out$err";
+	return $so;
 }
 
 # Poll $cond until it is true or $seconds pass; returns its last result.

@@ -1,0 +1,101 @@
+# A backend with a thread of an extension's: the idle point's signal
+# handler acts on the main thread only.  The timer is aimed at the main
+# thread, and a request from another process that the kernel hands to the
+# other thread is passed on to the main thread.  Before, the handler ran
+# malloc_trim/mallinfo on the other thread, interrupted inside malloc, and
+# the backend hung on that thread's arena lock.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use GlibcMallocTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = new_node('threads', "glibc_malloc.stats_interval = 0\nwork_mem = '64MB'\n");
+my $so = test_module('gm_test_threads');
+$node->safe_psql('postgres', qq{
+	CREATE FUNCTION gm_test_start_thread() RETURNS integer AS '$so' LANGUAGE C;
+	CREATE FUNCTION gm_test_block_sigusr2(boolean) RETURNS void AS '$so' LANGUAGE C;
+	CREATE FUNCTION gm_test_tgkill(integer, integer) RETURNS boolean AS '$so' LANGUAGE C;
+});
+my $sort = q{SELECT count(*) FROM (SELECT md5(i::text) FROM generate_series(1, 300000) i ORDER BY 1) s};
+
+# Whether a session still answers within a few seconds.
+sub answers
+{
+	my ($s) = @_;
+	my $r = eval { $s->query_safe('SELECT 42') };
+	return defined $r && $r eq '42';
+}
+
+my $s = $node->background_psql('postgres', timeout => 15);
+my $pid = $s->query_safe('SELECT pg_backend_pid()');
+
+# idle_releases,remote_trims of the backend, as published (read from
+# another session: polling from its own would keep it busy).
+sub counters
+{
+	return $node->safe_psql('postgres',
+		"SELECT idle_releases || ',' || remote_trims FROM glibc_malloc_backends WHERE pid = $pid");
+}
+
+# The state letter of thread $t of the backend (R running, S sleeping).
+sub thread_state
+{
+	my ($t) = @_;
+	return (slurp_file("/proc/$pid/task/$t/stat") =~ /\) (\w) /)[0];
+}
+
+$s->query_safe("SET glibc_malloc.preset = 'balanced'");
+my $tid = $s->query_safe('SELECT gm_test_start_thread()');
+ok($tid > 0 && $tid != $pid, "a second thread runs in the backend ($tid)");
+like(slurp_file("/proc/$pid/status"), qr/^Threads:\s+2$/m, 'two threads');
+
+# The idle release's timer is aimed at the main thread (kernel: /proc/PID/timers).
+$s->query_safe($sort);
+ok(wait_for(sub { counters() =~ /^[1-9]/ }, 5), 'balanced releases the idle heap (' . counters() . ')');
+like(slurp_file("/proc/$pid/timers"), qr/^notify:\s+signal\/tid\.$pid$/m,
+	'the timer signals the main thread, not the process');
+
+# With SIGUSR2 blocked in the main thread, every process-directed SIGUSR2
+# (remote trims) goes to the other thread, which loops in malloc.  It is
+# passed on to the main thread, where it waits (the kernel's SigPnd), and
+# nothing runs on the other thread.
+my $c = counters();
+$s->query_safe('SELECT gm_test_block_sigusr2(true)');
+$s->query_safe($sort);
+my $other = $node->background_psql('postgres');
+$other->query_safe("SELECT glibc_malloc_trim_backend($pid), pg_sleep(0.05)") for 1 .. 20;
+sleep 2;    # and the idle release falls due
+is(counters(), $c, 'nothing was served on the other thread');
+is(thread_state($tid), 'R', 'the other thread is not stuck on a lock');
+my ($sigpnd) = slurp_file("/proc/$pid/task/$pid/status") =~ /^SigPnd:\s+([0-9a-f]+)$/m;
+ok(hex(substr($sigpnd, -4)) & (1 << 11), "SIGUSR2 waits for the main thread (SigPnd $sigpnd)");
+my $hung = !answers($s);
+ok(!$hung, 'the backend answers');
+if ($hung)
+{
+	diag `gdb -batch -nx -p $pid -ex 'thread apply all bt' 2>&1 | grep -E '^#|^Thread' | head -40`;
+	kill 'KILL', $pid;
+	done_testing();
+	exit;
+}
+$s->query_safe('SELECT gm_test_block_sigusr2(false)');
+ok(wait_for(sub { counters() =~ /,[1-9]\d*$/ }, 5), 'the request is served on the main thread (' . counters() . ')');
+
+# SIGUSR2 sent straight at the other thread (tgkill) while the main
+# thread waits for the client with an idle release pending: passed on,
+# and the main thread releases.
+my ($releases) = split /,/, counters();
+$s->query_safe($sort);
+$other->query_safe("SELECT gm_test_tgkill($pid, $tid), pg_sleep(0.02)") for 1 .. 100;
+is(thread_state($tid), 'R', 'after 100 signals at the other thread, it is not stuck');
+ok(answers($s), 'the backend answers');
+ok(wait_for(sub { (split /,/, counters())[0] > $releases }, 5), 'and the idle release ran (' . counters() . ')');
+
+$other->quit;
+$s->quit;
+my @bad = grep { /\b(PANIC|FATAL):|terminated by signal|TRAP:/ } split /\n/, slurp_file($node->logfile);
+is_deeply(\@bad, [], 'no crash in the server log');
+done_testing();
