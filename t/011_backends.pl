@@ -51,6 +51,20 @@ cmp_ok(rss_anon($hpid), '>', $before - 2**20, 'not inside its open transaction')
 $holder->query_safe('COMMIT');
 ok(wait_for(sub { rss_anon($hpid) < $before - 8 * 2**20 }, 2), 'but once it is over');
 
+# Nor at the next statements of its transaction block, nor at those a
+# function runs (SPI): only once the transaction is over.
+$holder->query_safe("BEGIN; $big_sort; SELECT 1");
+$before = rss_anon($hpid);
+my $trims = $holder->query_safe('SELECT remote_trims FROM glibc_malloc_stats()');
+$admin->query_safe("SELECT glibc_malloc_trim_backend($hpid)");
+$holder->query_safe('SELECT 2');
+$holder->query_safe(q{DO $$ BEGIN FOR i IN 1 .. 5 LOOP PERFORM count(*) FROM pg_class; END LOOP; END $$});
+is($holder->query_safe('SELECT remote_trims FROM glibc_malloc_stats()'), $trims,
+	'no trim at the next statements of the block, nor in a function\'s loop');
+cmp_ok(rss_anon($hpid), '>', $before - 2**20, 'its RssAnon stays');
+$holder->query_safe('COMMIT');
+ok(wait_for(sub { rss_anon($hpid) < $before - 8 * 2**20 }, 2), 'the trim comes after COMMIT');
+
 # Visibility: a role without privileges sees only its own rows.
 is($other->query_safe('SELECT string_agg(DISTINCT usename, \',\') FROM glibc_malloc_backends'), 'bob',
 	'an unprivileged role sees only its own backends');

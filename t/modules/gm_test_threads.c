@@ -13,6 +13,11 @@
  *								main, thread: process-directed SIGUSR2 then
  *								goes to the other thread
  *	gm_test_tgkill(pid, tid)	send SIGUSR2 to thread tid of process pid
+ *	gm_test_block_sigusr2_for(ms)	block SIGUSR2 in the main thread for ms,
+ *								then unblock it from a timer's handler
+ *								(through the mask its return restores), so
+ *								that what waited is delivered while the
+ *								backend sits at its idle wait
  *
  *-------------------------------------------------------------------------
  */
@@ -21,6 +26,8 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/syscall.h>
+#include <time.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include "fmgr.h"
@@ -30,6 +37,7 @@ PG_MODULE_MAGIC;
 PG_FUNCTION_INFO_V1(gm_test_start_thread);
 PG_FUNCTION_INFO_V1(gm_test_block_sigusr2);
 PG_FUNCTION_INFO_V1(gm_test_tgkill);
+PG_FUNCTION_INFO_V1(gm_test_block_sigusr2_for);
 
 static volatile pid_t thread_tid = 0;
 
@@ -89,4 +97,48 @@ gm_test_tgkill(PG_FUNCTION_ARGS)
 {
 	PG_RETURN_BOOL(syscall(SYS_tgkill, (pid_t) PG_GETARG_INT32(0),
 						   (pid_t) PG_GETARG_INT32(1), SIGUSR2) == 0);
+}
+
+/* The unblocking timer's signal: drop SIGUSR2 from the mask restored on return. */
+static void
+unblock_handler(int signo, siginfo_t *info, void *context)
+{
+	sigdelset(&((ucontext_t *) context)->uc_sigmask, SIGUSR2);
+}
+
+/* Block SIGUSR2 in the calling (main) thread, and unblock it in ms. */
+Datum
+gm_test_block_sigusr2_for(PG_FUNCTION_ARGS)
+{
+	static timer_t timer;
+	static bool made = false;
+	int			ms = PG_GETARG_INT32(0);
+	struct sigaction act;
+	struct sigevent sev;
+	struct itimerspec its;
+	sigset_t	set;
+
+	if (!made)
+	{
+		memset(&act, 0, sizeof(act));
+		act.sa_sigaction = unblock_handler;
+		act.sa_flags = SA_SIGINFO | SA_RESTART;
+		sigemptyset(&act.sa_mask);
+		sigaction(SIGRTMIN + 5, &act, NULL);
+		memset(&sev, 0, sizeof(sev));
+		sev.sigev_notify = SIGEV_THREAD_ID;
+		sev.sigev_signo = SIGRTMIN + 5;
+		sev._sigev_un._tid = (pid_t) syscall(SYS_gettid);
+		if (timer_create(CLOCK_MONOTONIC, &sev, &timer) != 0)
+			elog(ERROR, "timer_create failed");
+		made = true;
+	}
+	sigemptyset(&set);
+	sigaddset(&set, SIGUSR2);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	memset(&its, 0, sizeof(its));
+	its.it_value.tv_sec = ms / 1000;
+	its.it_value.tv_nsec = (long) (ms % 1000) * 1000000;
+	timer_settime(timer, 0, &its, NULL);
+	PG_RETURN_VOID();
 }

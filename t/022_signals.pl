@@ -1,3 +1,5 @@
+# The idle point's signal paths.
+#
 # A backend with a thread of an extension's: the idle point's signal
 # handler acts on the main thread only.  The timer is aimed at the main
 # thread, and a request from another process that the kernel hands to the
@@ -18,6 +20,7 @@ $node->safe_psql('postgres', qq{
 	CREATE FUNCTION gm_test_start_thread() RETURNS integer AS '$so' LANGUAGE C;
 	CREATE FUNCTION gm_test_block_sigusr2(boolean) RETURNS void AS '$so' LANGUAGE C;
 	CREATE FUNCTION gm_test_tgkill(integer, integer) RETURNS boolean AS '$so' LANGUAGE C;
+	CREATE FUNCTION gm_test_block_sigusr2_for(integer) RETURNS void AS '$so' LANGUAGE C;
 });
 my $sort = q{SELECT count(*) FROM (SELECT md5(i::text) FROM generate_series(1, 300000) i ORDER BY 1) s};
 
@@ -28,6 +31,28 @@ sub answers
 	my $r = eval { $s->query_safe('SELECT 42') };
 	return defined $r && $r eq '42';
 }
+
+my $admin = $node->background_psql('postgres');
+my $big_sort = workload('big_sort');
+
+# glibc_malloc_trim_idle()'s request survives the transactions PostgreSQL
+# runs by itself at the idle wait (here it delivers a notification): the
+# backend did not work since, it is still idle.  SIGUSR2 is held back for
+# 2 s, so the request is still pending when the notification's transaction
+# ends; then it arrives at the idle wait and is served.
+my $l = $node->background_psql('postgres');
+my $lpid = $l->query_safe('SELECT pg_backend_pid()');
+$l->query_safe("SET glibc_malloc.preset = 'greedy'; LISTEN ch; $big_sort; $big_sort");
+$l->query_safe('SELECT gm_test_block_sigusr2_for(2000)');
+my $trims = $node->safe_psql('postgres', "SELECT remote_trims FROM glibc_malloc_backends WHERE pid = $lpid");
+my $rss = rss_anon($lpid);
+is($admin->query_safe('SELECT glibc_malloc_trim_idle(1048576)'), 1, 'trim_idle asks the idle listener');
+$admin->query_safe("NOTIFY ch, 'hello'");
+ok(wait_for(sub { $node->safe_psql('postgres', "SELECT remote_trims FROM glibc_malloc_backends WHERE pid = $lpid") > $trims }, 6),
+	'the request is served after the notification\'s transaction');
+ok(rss_anon($lpid) < $rss - 4 * 2**20, sprintf('RssAnon %.1f MB -> %.1f MB', $rss / 2**20, rss_anon($lpid) / 2**20));
+like($l->query_safe('SELECT 1'), qr/hello/, 'the notification was delivered meanwhile');
+$l->quit;
 
 my $s = $node->background_psql('postgres', timeout => 15);
 my $pid = $s->query_safe('SELECT pg_backend_pid()');
@@ -65,7 +90,7 @@ like(slurp_file("/proc/$pid/timers"), qr/^notify:\s+signal\/tid\.$pid$/m,
 my $c = counters();
 $s->query_safe('SELECT gm_test_block_sigusr2(true)');
 $s->query_safe($sort);
-my $other = $node->background_psql('postgres');
+my $other = $admin;
 $other->query_safe("SELECT glibc_malloc_trim_backend($pid), pg_sleep(0.05)") for 1 .. 20;
 sleep 2;    # and the idle release falls due
 is(counters(), $c, 'nothing was served on the other thread');
@@ -94,8 +119,10 @@ is(thread_state($tid), 'R', 'after 100 signals at the other thread, it is not st
 ok(answers($s), 'the backend answers');
 ok(wait_for(sub { (split /,/, counters())[0] > $releases }, 5), 'and the idle release ran (' . counters() . ')');
 
-$other->quit;
 $s->quit;
+
+
+$admin->quit;
 my @bad = grep { /\b(PANIC|FATAL):|terminated by signal|TRAP:/ } split /\n/, slurp_file($node->logfile);
 is_deeply(\@bad, [], 'no crash in the server log');
 done_testing();
