@@ -243,6 +243,35 @@ like(slurp_file($node->logfile, $log_offset), qr/all backends keep \d+ MB of fre
 	'the cap rounds say why');
 $_->quit for @sessions;
 
+# A backend that cannot serve a request (idle in a transaction) does not
+# blind the monitor: what it was asked for stops counting against the need
+# after a grace of about a second, and the next holder is asked.  A holds
+# much more free heap than B and sits idle in a transaction; the cap is
+# just above B's free heap, so asking A alone would cover the need.
+$node->safe_psql('postgres', "ALTER SYSTEM SET glibc_malloc.max_total_free = -1; SELECT pg_reload_conf()");
+my $a = $node->background_psql('postgres');
+my $apid = $a->query_safe('SELECT pg_backend_pid()');
+$a->query_safe("SET work_mem = '256MB'; SET glibc_malloc.max_trim_threshold = '256MB'; SELECT g FROM generate_series(1, 2000000) g ORDER BY g DESC OFFSET 2000000");
+sleep 1.2;    # its snapshot, published at its idle point
+$a->query_safe('BEGIN; SELECT 1');
+my ($b, $bpid) = holder();
+my $heap = sub { $node->safe_psql('postgres', "SELECT least(free_bytes, greatest(rss_anon_bytes - in_use_bytes, 0)) FROM glibc_malloc_backends WHERE pid = $_[0]") };
+my ($afree, $bfree) = ($heap->($apid), $heap->($bpid));
+ok($afree > 2 * $bfree, sprintf('A holds %.1f MB free, idle in a transaction; B %.1f MB', $afree / $MB, $bfree / $MB));
+my $cap = int($bfree / 1024) + 1024;    # kB: B's free heap plus 1 MB
+my $rounds0 = monitor()->{rounds};
+$node->safe_psql('postgres', "ALTER SYSTEM SET glibc_malloc.max_total_free = '${cap}kB'; SELECT pg_reload_conf()");
+my $t0 = time;
+ok(wait_for(sub { remote_trims($bpid) >= 1 }, 4), sprintf('B is asked and trims within %.1f s', time - $t0));
+is($a->query_safe('SELECT remote_trims FROM glibc_malloc_stats()'), 0, 'A, idle in its transaction, has not served');
+ok(wait_for(sub { monitor()->{total_free_bytes} <= $afree + 2 * $MB }, 3),
+	sprintf('the total falls to what A alone holds (%.1f MB)', monitor()->{total_free_bytes} / $MB));
+$a->query_safe('COMMIT');
+ok(wait_for(sub { $a->query_safe('SELECT remote_trims FROM glibc_malloc_stats()') >= 1 }, 3), 'A serves after its COMMIT');
+ok(wait_for(sub { monitor()->{total_free_bytes} <= $cap * 1024 }, 3), 'and the total is under the cap');
+$node->safe_psql('postgres', "ALTER SYSTEM RESET glibc_malloc.max_total_free; SELECT pg_reload_conf()");
+$_->quit for ($a, $b);
+
 # Only the refusals above are errors.
 my @bad = grep { /\b(ERROR|FATAL|PANIC):|terminated by signal/ && !/monitor_cgroup": "relative|outside the valid range for parameter "glibc_malloc.monitor_fraction"|"glibc_malloc.max_total_free" cannot be changed now/ }
   split /\n/, slurp_file($node->logfile);
