@@ -81,3 +81,16 @@ $$;
 
 COMMENT ON FUNCTION glibc_malloc_trim_idle(bigint) IS
 'Ask every idle backend holding more than min_free_bytes free to return it';
+
+-- Names in the function above resolve in pg_catalog and this extension's
+-- schema only, whatever the caller's search_path: a superuser whose
+-- search_path starts with a schema others can write must not run their
+-- look-alike of glibc_malloc_backends (CVE-2018-1058).  The schema is the
+-- one being installed into (the extension is relocatable, so @extschema@
+-- is not available); 1.2 replaces the function with a C one.
+DO $$
+BEGIN
+    EXECUTE format('ALTER FUNCTION glibc_malloc_trim_idle(bigint) SET search_path = pg_catalog, %I, pg_temp',
+                   current_schema());
+END
+$$;

@@ -769,7 +769,7 @@ glibc_malloc_trim_backend(PG_FUNCTION_ARGS)
 			/* Still true, as before 1.5: it was asked. */
 			ereport(NOTICE,
 					(errmsg("the request to process %d is queued, not delivered", pid),
-					 errdetail("A %s has no idle point to wake: it trims at its next transaction end, if it has one.",
+					 errdetail("The %s has no idle point to wake: it trims at its next transaction end, if it has one.",
 							   GetBackendTypeDesc(shared->slots[GM_PROC_NUMBER(proc)].snap.backend_type))));
 			break;
 		case GM_SENT_DELIVERED:

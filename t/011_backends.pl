@@ -88,6 +88,34 @@ $before = rss_anon($hpid);
 cmp_ok($admin->query_safe('SELECT glibc_malloc_trim_idle(10 * 1024 * 1024)'), '>=', 1, 'trim_idle asks the idle backend');
 ok(wait_for(sub { rss_anon($hpid) < $before - 8 * 2**20 }, 2), 'and it returns its memory');
 
+# Version 1.1's glibc_malloc_trim_idle() is in SQL: it resolves names in
+# pg_catalog and the extension's schema only.  A superuser whose
+# search_path starts with a schema others can write does not run their
+# look-alike of glibc_malloc_backends (CVE-2018-1058).
+$node->safe_psql('postgres', 'CREATE DATABASE v11');
+$node->safe_psql('v11', q{
+	CREATE EXTENSION glibc_malloc VERSION '1.1';
+	CREATE SCHEMA open;
+	GRANT CREATE, USAGE ON SCHEMA open TO PUBLIC;
+});
+$node->safe_psql('v11', q{
+	CREATE TABLE open.ran_as (who name);
+	GRANT INSERT ON open.ran_as TO PUBLIC;
+	CREATE FUNCTION open.plant() RETURNS TABLE (pid integer, usesysid oid, free_bytes bigint)
+	LANGUAGE plpgsql AS $$
+	BEGIN
+		INSERT INTO open.ran_as VALUES (current_user);
+		RETURN QUERY SELECT a.pid, a.usesysid, 1000000000000::bigint FROM pg_stat_activity a;
+	END $$;
+	CREATE VIEW open.glibc_malloc_backends AS SELECT * FROM open.plant();
+}, extra_params => [ '-U', 'bob' ]);
+$holder->query_safe("$big_sort; SELECT 1");
+my $asked = $node->safe_psql('v11', 'SET search_path = open, public; SELECT glibc_malloc_trim_idle(0)');
+cmp_ok($asked, '>=', 1, "1.1's trim_idle still asks the idle backends ($asked)");
+is($node->safe_psql('v11', 'SELECT count(*) FROM open.ran_as'), 0, 'without running the look-alike planted in the caller\'s search_path');
+is($node->safe_psql('v11', "SELECT proconfig::text FROM pg_proc WHERE proname = 'glibc_malloc_trim_idle'"),
+	'{"search_path=pg_catalog, public, pg_temp"}', 'its search_path is pinned');
+
 # A backend that exits leaves its slot clean.
 $holder->quit;
 ok(wait_for(sub { $admin->query_safe("SELECT count(*) FROM glibc_malloc_backends WHERE pid = $hpid") == 0 }, 5),
