@@ -213,8 +213,6 @@ glibc_malloc_doctor(PG_FUNCTION_ARGS)
 	GmSnapshot *snaps;
 	int			n;
 	GmSource	frozen_by;
-	int		   *idle;
-	int			nidle = 0;
 	int			idle_count = 0;
 	int64		idle_free = 0;
 
@@ -229,15 +227,18 @@ glibc_malloc_doctor(PG_FUNCTION_ARGS)
 		doctor_row(rsinfo, "environment", 0, -1,
 				   "GLIBC_TUNABLES or MALLOC_*_ in the server's environment freeze glibc's dynamic thresholds in every backend, for the life of the process",
 				   "remove them from the server's environment and use glibc_malloc.preset, which can be set per role, database and session");
+	if (!GM_WAIT_EVENTS_REPORTED())
+		doctor_row(rsinfo, "track_activities", 0, -1,
+				   "track_activities is off: before PostgreSQL 14 a backend then reports no wait events, so balanced and idle_release_delay never release its idle memory, and glibc_malloc_trim_idle() never finds it idle",
+				   "set track_activities = on (the default)");
 
 	n = gm_shmem_snapshots(&snaps);
 
-	nidle = gm_shmem_idle_pids(&idle);
 	/* As glibc_malloc_trim_idle() would ask them: idle, signalable, the caller may trim them. */
 	for (int i = 0; i < n; i++)
 	{
 		if (free_heap(&snaps[i]) >= GM_DOCTOR_IDLE_MIN_FREE && snaps[i].pid != MyProcPid &&
-			snaps[i].signalable && gm_pid_in(snaps[i].pid, idle, nidle) &&
+			snaps[i].signalable && gm_shmem_is_idle(&snaps[i]) &&
 			gm_shmem_may_trim(&snaps[i]))
 		{
 			idle_count++;

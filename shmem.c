@@ -778,48 +778,26 @@ glibc_malloc_trim_backend(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(true);
 }
 
-/* qsort/bsearch comparator for pids. */
-static int
-cmp_pid(const void *a, const void *b)
-{
-	int			x = *(const int *) a;
-	int			y = *(const int *) b;
-
-	return (x > y) - (x < y);
-}
-
-/* Whether pid is in the sorted array pids[n]. */
-bool
-gm_pid_in(int pid, const int *pids, int n)
-{
-	return n > 0 && bsearch(&pid, pids, n, sizeof(int), cmp_pid) != NULL;
-}
-
 /*
- * The pids of the idle backends (pg_stat_activity's state 'idle', from the
- * same snapshot as that view), sorted, palloc'd in *pids; returns how many.
+ * Whether the process of snapshot s waits for its client's next command
+ * outside any transaction, read from its PGPROC: the wait event is
+ * ClientRead and it has no local transaction.  This is what
+ * pg_stat_activity calls idle, without depending on track_activities
+ * (from PostgreSQL 14, wait events are reported whatever it says; on 13
+ * a backend with track_activities = off is never seen idle).
  */
-int
-gm_shmem_idle_pids(int **pids)
+bool
+gm_shmem_is_idle(const GmSnapshot *s)
 {
-	int			nbackends = pgstat_fetch_stat_numbackends();
-	int			n = 0;
+	PGPROC	   *proc = snapshot_proc(s);
 
-	*pids = palloc(sizeof(int) * Max(nbackends, 1));
-	for (int i = 1; i <= nbackends; i++)
-	{
-		LocalPgBackendStatus *local = gm_local_beentry(i);
-
-		if (local != NULL && local->backendStatus.st_state == STATE_IDLE)
-			(*pids)[n++] = local->backendStatus.st_procpid;
-	}
-	qsort(*pids, n, sizeof(int), cmp_pid);
-	return n;
+	return proc != NULL && proc->wait_event_info == WAIT_EVENT_CLIENT_READ &&
+		GM_PROC_LXID(proc) == InvalidLocalTransactionId;
 }
 
 /*
  * glibc_malloc_trim_idle(min_free_bytes): ask every other backend that is
- * idle (pg_stat_activity's state), that the caller may trim, and whose last
+ * idle (gm_shmem_is_idle), that the caller may trim, and whose last
  * snapshot holds more than min_free_bytes free, to return it at its idle
  * point.  Every filter runs before any request is sent; processes the
  * caller may not trim are skipped, not errors.  Returns how many were asked.
@@ -828,8 +806,6 @@ Datum
 glibc_malloc_trim_idle(PG_FUNCTION_ARGS)
 {
 	int64		min_free = PG_GETARG_INT64(0);
-	int		   *idle;
-	int			nidle = 0;
 	GmSnapshot *targets;
 	int			ntargets = 0;
 	int			asked = 0;
@@ -840,16 +816,14 @@ glibc_malloc_trim_idle(PG_FUNCTION_ARGS)
 				 errmsg("min_free_bytes must not be negative")));
 	require_shared();
 
-	nidle = gm_shmem_idle_pids(&idle);
-
-	/* Then the snapshots and the privileges, before asking anybody. */
+	/* Every filter, the privileges too, before asking anybody. */
 	targets = palloc(sizeof(GmSnapshot) * shared->nslots);
 	for (int i = 0; i < shared->nslots; i++)
 	{
 		GmSnapshot *s = &targets[ntargets];
 
 		if (!read_slot(&shared->slots[i], s) || s->pid == MyProcPid || !s->signalable ||
-			s->taken_at == 0 || s->free_bytes <= min_free || !gm_pid_in(s->pid, idle, nidle) ||
+			s->taken_at == 0 || s->free_bytes <= min_free || !gm_shmem_is_idle(s) ||
 			!gm_shmem_may_trim(s))
 			continue;
 		ntargets++;

@@ -139,6 +139,33 @@ is($admin->query_safe("SELECT snapshot_at FROM glibc_malloc_backends WHERE pid =
 	'with stats_interval = 1h the snapshot is not republished at each transaction');
 $s->quit;
 
+# track_activities = off: from PostgreSQL 14, wait events are still
+# reported, so trim_idle and the doctor still find the idle backends (they
+# read the PGPROC, not pg_stat_activity); on 13 nothing reports them, which
+# the doctor says.
+$node->safe_psql('postgres', "ALTER SYSTEM SET track_activities = off; ALTER SYSTEM RESET glibc_malloc.stats_interval; SELECT pg_reload_conf()");
+my $quiet = $node->background_psql('postgres');
+my $qpid = $quiet->query_safe('SELECT pg_backend_pid()');
+$quiet->query_safe("SET glibc_malloc.preset = 'greedy'; $big_sort; $big_sort");
+$quiet->query_safe('SELECT 1');
+sleep 1.5;    # its snapshot is published at its idle point
+my $kinds = $admin->query_safe('SELECT string_agg(kind, \',\' ORDER BY kind) FROM glibc_malloc_doctor()');
+if ($node->safe_psql('postgres', 'SHOW server_version_num') >= 140000)
+{
+	like($kinds, qr/idle_free_heap/, 'track_activities = off: the doctor still sees the idle backend');
+	$before = rss_anon($qpid);
+	is($admin->query_safe('SELECT glibc_malloc_trim_idle(4 * 1024 * 1024)'), 1, 'trim_idle still asks it');
+	ok(wait_for(sub { rss_anon($qpid) < $before - 4 * 2**20 }, 2), 'and it returns its memory');
+}
+else
+{
+	like($kinds, qr/track_activities/, 'PostgreSQL 13, track_activities = off: the doctor says what it disables');
+	is($admin->query_safe('SELECT glibc_malloc_trim_idle(4 * 1024 * 1024)'), 0, 'trim_idle finds no idle backend, as documented');
+	pass('nothing to return');
+}
+$quiet->quit;
+$node->safe_psql('postgres', "ALTER SYSTEM RESET track_activities; SELECT pg_reload_conf()");
+
 $other->quit;
 $admin->quit;
 $node->stop;
