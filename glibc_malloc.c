@@ -32,7 +32,9 @@
  *						idle point: do it now)
  *	idle point			(idle.c, signal context) do what is due, after the
  *						transaction's memory is freed and its GUCs rolled back
- *	settings change		(assign hooks, also at GUC rollback) re-plan
+ *	settings change		(assign hooks, also at GUC rollback) re-plan: at once
+ *						if that only sets the timer, else at the next
+ *						statement start or transaction end
  *
  * IDENTIFICATION
  *		glibc_malloc.c
@@ -96,6 +98,9 @@ static int64 last_statement_mono = 0;	/* the same on the monotonic clock */
 
 /* No statement has started since the last top-level transaction end. */
 static bool first_statement = true;
+
+/* A setting changed where plan() could not run (settings_changed). */
+static bool replan = false;
 
 /*
  * ms until the earliest pending work is due (0: now), or -1; plain reads
@@ -247,6 +252,22 @@ plan(void)
 }
 
 /*
+ * Assign hooks (settings.c), also at GUC rollback in AbortTransaction and
+ * in parallel workers' RestoreGUCState: re-plan at once only when that is a
+ * timer call; the rest (setting up the timer and the handler, a trim in a
+ * process without an idle point) waits for the next statement start or
+ * transaction end.
+ */
+static void
+settings_changed(void)
+{
+	if (gm_idle_ready())
+		plan();
+	else
+		replan = true;
+}
+
+/*
  * Before each query, in normal context: requests from other backends and
  * the preset's trim, if the idle point has not run since the last
  * transaction; then follow work_mem.
@@ -254,6 +275,11 @@ plan(void)
 static void
 statement_start(void)
 {
+	if (replan)
+	{
+		replan = false;
+		plan();
+	}
 	/*
 	 * Requests from other backends wait until the transaction they arrived
 	 * in is over: served here only by the first statement after a
@@ -368,6 +394,7 @@ gm_xact_callback(XactEvent event, void *arg)
 			if (gm_shmem_active())
 				pend_publish = gm_shmem_transaction_end(gm_monotonic_usec(), client_statement);
 			gm_doctor_transaction_end();
+			replan = false;
 			plan();
 			break;
 		default:
@@ -381,7 +408,7 @@ _PG_init(void)
 {
 	gm_allocator_init();
 	gm_idle_setup(idle_point, next_due);
-	gm_define_gucs(plan);
+	gm_define_gucs(settings_changed);
 	gm_shmem_define_gucs();
 	gm_doctor_define_gucs();
 	gm_monitor_define_gucs();

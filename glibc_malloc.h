@@ -253,6 +253,7 @@ typedef int64 (*GmIdleWork) (int64 now);
 typedef int64 (*GmIdlePending) (int64 now);
 extern void gm_idle_setup(GmIdleWork work, GmIdlePending pending);
 extern bool gm_idle_enabled(void);
+extern bool gm_idle_ready(void);
 extern void gm_idle_schedule(int64 now, int64 delay_ms);
 
 /* 4. shmem.c */

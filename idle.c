@@ -206,6 +206,16 @@ gm_idle_setup(GmIdleWork work, GmIdlePending pending)
 }
 
 /*
+ * Whether the idle point is set up and usable in this process, without
+ * setting anything up: scheduling is then a timer_settime call.
+ */
+bool
+gm_idle_ready(void)
+{
+	return setup_pid == MyProcPid && timer_ok && GM_WAIT_EVENTS_REPORTED();
+}
+
+/*
  * Whether this process has an idle point (a client backend talking to a
  * client, on glibc's malloc), setting up the handler and the timer on first
  * use.  Normal context only.
