@@ -22,10 +22,11 @@
  * glibc_malloc_trim_backend(pid) sets the trim flag in the target's slot
  * and sends it SIGUSR2, which idle.c's handler takes.  The request is
  * served at once at the provably safe idle point; otherwise, once the
- * target's current transaction is over, at its idle point or its next
- * statement start.  glibc_malloc_trim_idle() sets a flag that only the idle
- * point serves: a backend that got busy meanwhile drops it at its next
- * transaction end.
+ * target's current transaction is over, at its idle point or the first
+ * statement of its next transaction (outside a transaction block).
+ * glibc_malloc_trim_idle() sets a flag that only the idle point serves: a
+ * backend that ran a statement meanwhile drops it at that transaction's
+ * end.  Senders find the slot by PGPROC number, so a request costs O(1).
  *
  * Each snapshot also holds the kinds of memory: all memory contexts, the
  * caches (CacheMemoryContext), the malloc memory in use outside them, and
