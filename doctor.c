@@ -213,6 +213,8 @@ glibc_malloc_doctor(PG_FUNCTION_ARGS)
 	GmSnapshot *snaps;
 	int			n;
 	GmSource	frozen_by;
+	GmPidState *states;
+	int			nstates;
 	int			idle_count = 0;
 	int64		idle_free = 0;
 
@@ -229,16 +231,17 @@ glibc_malloc_doctor(PG_FUNCTION_ARGS)
 				   "remove them from the server's environment and use glibc_malloc.preset, which can be set per role, database and session");
 	if (!GM_WAIT_EVENTS_REPORTED())
 		doctor_row(rsinfo, "track_activities", 0, -1,
-				   "track_activities is off: before PostgreSQL 14 a backend then reports no wait events, so balanced and idle_release_delay never release its idle memory, and glibc_malloc_trim_idle() never finds it idle",
+				   "track_activities is off in this session, and maybe in others: before PostgreSQL 14 a backend with it off reports no wait events, so balanced and idle_release_delay never release its idle memory, and glibc_malloc_trim_idle() never finds it idle",
 				   "set track_activities = on (the default)");
 
 	n = gm_shmem_snapshots(&snaps);
 
+	nstates = gm_shmem_backend_states(&states);
 	/* As glibc_malloc_trim_idle() would ask them: idle, signalable, the caller may trim them. */
 	for (int i = 0; i < n; i++)
 	{
 		if (free_heap(&snaps[i]) >= GM_DOCTOR_IDLE_MIN_FREE && snaps[i].pid != MyProcPid &&
-			snaps[i].signalable && gm_shmem_is_idle(&snaps[i]) &&
+			snaps[i].signalable && gm_shmem_is_idle(&snaps[i], states, nstates) &&
 			gm_shmem_may_trim(&snaps[i]))
 		{
 			idle_count++;

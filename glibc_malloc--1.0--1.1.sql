@@ -87,7 +87,8 @@ COMMENT ON FUNCTION glibc_malloc_trim_idle(bigint) IS
 -- search_path starts with a schema others can write must not run their
 -- look-alike of glibc_malloc_backends (CVE-2018-1058).  The schema is the
 -- one being installed into (the extension is relocatable, so @extschema@
--- is not available); 1.2 replaces the function with a C one.
+-- is not available): after ALTER EXTENSION ... SET SCHEMA the function no
+-- longer finds its view.  1.2 replaces it with a C function.
 DO $$
 BEGIN
     EXECUTE format('ALTER FUNCTION glibc_malloc_trim_idle(bigint) SET search_path = pg_catalog, %I, pg_temp',

@@ -283,13 +283,14 @@ statement_start(void)
 	/*
 	 * Requests from other backends wait until the transaction they arrived
 	 * in is over: served here only by the first statement after a
-	 * transaction end, outside a transaction block, never by a later
-	 * statement of a block or of a function (SPI).
+	 * transaction end (the next transaction has only just begun, a block
+	 * too), never by a later statement of a transaction or of a function
+	 * (SPI).
 	 */
 	if (first_statement)
 	{
 		first_statement = false;
-		if (gm_shmem_has_requests() && !IsTransactionBlock())
+		if (gm_shmem_has_requests())
 			gm_shmem_serve_requests(false);
 	}
 	if (pend_xact_trim && gm_xact_trim(true))

@@ -269,11 +269,19 @@ extern int64 gm_shmem_publish_due(int64 now);
 extern void gm_shmem_note_executor(int64 bytes);
 extern int	gm_shmem_snapshots(GmSnapshot **snaps);
 extern bool gm_shmem_may_trim(const GmSnapshot *s);
-extern bool gm_shmem_is_idle(const GmSnapshot *s);
+/* A backend's pg_stat_activity state (BackendState), by pid. */
+typedef struct GmPidState
+{
+	int			pid;
+	int			state;
+} GmPidState;
+extern int	gm_shmem_backend_states(GmPidState **states);
+extern bool gm_shmem_is_idle(const GmSnapshot *s, const GmPidState *states, int nstates);
 extern int64 gm_snapshot_free_heap(const GmSnapshot *s);
 extern int	gm_shmem_slot_count(void);
 extern int	gm_shmem_all_snapshots(GmSnapshot *snaps);
 extern int	gm_shmem_ask_trim(const GmSnapshot *s, uint32 *served);
+extern bool gm_shmem_trim_pending(const GmSnapshot *s);
 extern GmMonitorState *gm_shmem_monitor(void);
 
 /* 5. monitor.c */

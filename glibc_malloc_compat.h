@@ -76,6 +76,21 @@
 	(MaxConnections + autovacuum_max_workers + 1 + max_worker_processes + max_wal_senders)
 #endif
 
+/*
+ * The backend status snapshot behind pg_stat_activity, by position: PG 16
+ * renamed the accessor; PG 13 declares it in pgstat.h.
+ */
+#if PG_VERSION_NUM >= 140000
+#include "utils/backend_status.h"
+#else
+#include "pgstat.h"
+#endif
+#if PG_VERSION_NUM >= 160000
+#define gm_local_beentry(i) pgstat_get_local_beentry_by_index(i)
+#else
+#define gm_local_beentry(i) pgstat_fetch_stat_local_beentry(i)
+#endif
+
 /* PGPROC numbers: ProcNumber from PG 17. */
 #if PG_VERSION_NUM >= 170000
 #define GM_MY_PROC_NUMBER() (MyProcNumber)

@@ -60,9 +60,11 @@
 #include "postgres.h"
 
 #include <signal.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/syscall.h>
+#endif
 
 #include "access/xact.h"
 #include "miscadmin.h"
@@ -146,12 +148,14 @@ gm_sigusr2_handler(int signo, siginfo_t *info, void *context)
 	 * the main thread (whose thread id is the pid) and return.  The timer
 	 * is aimed at the main thread already.
 	 */
+#ifdef GM_HAVE_GLIBC
 	if (setup_pid == MyProcPid && (pid_t) syscall(SYS_gettid) != MyProcPid)
 	{
 		(void) syscall(SYS_tgkill, (pid_t) MyProcPid, (pid_t) MyProcPid, SIGUSR2);
 		errno = save_errno;
 		return;
 	}
+#endif
 
 	if (setup_pid == MyProcPid && !in_idle_work)
 	{

@@ -16,8 +16,10 @@
  *	cgroup v1	memory.usage_in_bytes against memory.limit_in_bytes
  *	system		MemTotal - MemAvailable against MemTotal (/proc/meminfo)
  *
- * PSI is read only from the server's own cgroup v2 (memory.pressure), never
- * from the whole machine's /proc/pressure/memory: that one rises with a
+ * PSI is read only from the server's own cgroup v2 (memory.pressure, also
+ * when the limit is the system's because that cgroup has none; not the root
+ * cgroup's), never from the whole machine's /proc/pressure/memory: that one
+ * rises with a
  * neighbour's stalls and with page-cache refaults (a database larger than
  * RAM), and acting on it would ask for half of all free heap every 10 s
  * while the server's own usage is far below its limit.
@@ -116,6 +118,7 @@ typedef struct GmLimits
 static GmLimitSource source = GM_LIMIT_NONE;
 static char cgroup_dir[MAXPGPATH];	/* where usage and pressure are read */
 static char limit_dir[MAXPGPATH];	/* where the limit is read */
+static char psi_dir[MAXPGPATH];	/* the server's own cgroup v2, for PSI; "" = none */
 static char cgroup_seen[16384];	/* the postmaster's /proc/PID/cgroup */
 static bool truncated_logged = false;
 static char cgroup_guc_seen[MAXPGPATH];
@@ -415,6 +418,7 @@ detect_auto(const char *pg_cgroup)
 
 	source = GM_LIMIT_SYSTEM;
 	strlcpy(cgroup_dir, "", sizeof(cgroup_dir));
+	strlcpy(psi_dir, "", sizeof(psi_dir));
 	for (int v = 2; v >= 1; v--)
 	{
 		GmLimitSource kind = v == 2 ? GM_LIMIT_CGROUP_V2 : GM_LIMIT_CGROUP_V1;
@@ -422,8 +426,12 @@ detect_auto(const char *pg_cgroup)
 		char		top[MAXPGPATH];
 
 		if (!(v == 2 ? have_v2 : have_v1) ||
-			!cgroup_mount_dir(v == 2, v == 2 ? v2path : v1path, dir, sizeof(dir), top, sizeof(top)) ||
-			cgroup_kind(dir) != kind)
+			!cgroup_mount_dir(v == 2, v == 2 ? v2path : v1path, dir, sizeof(dir), top, sizeof(top)))
+			continue;
+		/* The server's own cgroup v2 has PSI even without a limit; not the root's (the machine's). */
+		if (v == 2 && strcmp(dir, top) != 0 && has_file(dir, "memory.pressure"))
+			strlcpy(psi_dir, dir, sizeof(psi_dir));
+		if (cgroup_kind(dir) != kind)
 			continue;
 		if (find_limit(kind, dir, top))
 		{
@@ -474,6 +482,7 @@ detect(void)
 
 	if (guc[0] != '\0')
 	{
+		strlcpy(psi_dir, "", sizeof(psi_dir));
 		source = cgroup_kind(guc);
 		strlcpy(cgroup_dir, guc, sizeof(cgroup_dir));
 		strlcpy(limit_dir, guc, sizeof(limit_dir));
@@ -512,9 +521,10 @@ read_limits(GmLimits *l)
 		inactive = read_key(path, v1 ? "total_inactive_file" : "inactive_file");
 		if (l->usage >= 0)
 			l->usage = Max(l->usage - Max(active, 0) - Max(inactive, 0), 0);
-		/* The cgroup's own PSI; the machine's is not ours (see above). */
-		snprintf(path, sizeof(path), "%s/memory.pressure", cgroup_dir);
-		l->psi = v1 ? -1 : read_psi(path);
+		/* The cgroup's own PSI (v1: the server's v2 one, if any); never the machine's. */
+		snprintf(path, sizeof(path), "%s/memory.pressure", v1 ? psi_dir : cgroup_dir);
+		if (!v1 || psi_dir[0] != '\0')
+			l->psi = read_psi(path);
 	}
 	else if (source == GM_LIMIT_SYSTEM)
 	{
@@ -525,6 +535,12 @@ read_limits(GmLimits *l)
 		{
 			l->limit = total * 1024;
 			l->usage = (total - avail) * 1024;
+		}
+		/* The server's own cgroup v2's PSI, if it is in one (see above). */
+		if (psi_dir[0] != '\0')
+		{
+			snprintf(path, sizeof(path), "%s/memory.pressure", psi_dir);
+			l->psi = read_psi(path);
 		}
 	}
 }
@@ -541,11 +557,12 @@ fmt_bytes(char *buf, size_t size, int64 bytes)
 }
 
 /*
- * Record the backends that served a request (a snapshot published since)
- * and forget those that left their slot.  O(slots).
+ * Forget the backends that took their request (the flag is gone from their
+ * slot), crediting the RssAnon drop their next snapshot shows, and those
+ * that left their slot.  O(slots).
  */
 static void
-settle_asked(const GmSnapshot *snaps, int n)
+settle_asked(const GmSnapshot *snaps, int n, int64 mono)
 {
 	for (int i = 0; i < nslots; i++)
 		live[i] = -1;
@@ -559,15 +576,21 @@ settle_asked(const GmSnapshot *snaps, int n)
 		if (asked[i].pid == 0)
 			continue;
 		s = live[i] >= 0 ? &snaps[live[i]] : NULL;
-		if (s != NULL && s->pid == asked[i].pid && s->served == asked[i].served)
-			continue;			/* not served yet */
-		if (s != NULL && s->pid == asked[i].pid && asked[i].ours &&
-			s->rss_anon_bytes >= 0 && asked[i].rss_before > s->rss_anon_bytes)
+		if (s != NULL && s->pid == asked[i].pid)
 		{
-			int64		drop = asked[i].rss_before - s->rss_anon_bytes;
+			if (gm_shmem_trim_pending(s))
+				continue;		/* not served yet */
+			if (s->served == asked[i].served &&
+				mono - asked[i].asked_at < (int64) GM_MONITOR_GRACE_MS * 1000)
+				continue;		/* taken; its snapshot follows at once */
+			if (asked[i].ours && s->served != asked[i].served &&
+				s->rss_anon_bytes >= 0 && asked[i].rss_before > s->rss_anon_bytes)
+			{
+				int64		drop = asked[i].rss_before - s->rss_anon_bytes;
 
-			pressure_returned += drop;
-			returned_total += drop;
+				pressure_returned += drop;
+				returned_total += drop;
+			}
 		}
 		asked[i].pid = 0;
 	}
@@ -695,7 +718,7 @@ monitor_tick(void)
 	n = gm_shmem_all_snapshots(snaps);
 	for (int i = 0; i < n; i++)
 		total_free += gm_snapshot_free_heap(&snaps[i]);
-	settle_asked(snaps, n);
+	settle_asked(snaps, n, mono);
 
 	if (monitor_enabled && l.limit > 0 && l.usage >= 0)
 	{

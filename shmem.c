@@ -23,7 +23,7 @@
  * and sends it SIGUSR2, which idle.c's handler takes.  The request is
  * served at once at the provably safe idle point; otherwise, once the
  * target's current transaction is over, at its idle point or the first
- * statement of its next transaction (outside a transaction block).
+ * statement of its next transaction.
  * glibc_malloc_trim_idle() sets a flag that only the idle point serves: a
  * backend that ran a statement meanwhile drops it at that transaction's
  * end.  Senders find the slot by PGPROC number, so a request costs O(1).
@@ -613,7 +613,8 @@ gm_shmem_all_snapshots(GmSnapshot *snaps)
  * Returns 1 when asked, 0 when the process has left its slot, -1 when a
  * trim request is still pending there (idle in a transaction, say): asking
  * again would change nothing.  *served is the process's count of served
- * requests before this one: a snapshot with a higher count served it.  O(1).
+ * requests before this one, for telling its snapshot after serving this
+ * one (gm_shmem_trim_pending says whether it is still pending).  O(1).
  */
 int
 gm_shmem_ask_trim(const GmSnapshot *s, uint32 *served_before)
@@ -630,6 +631,18 @@ gm_shmem_ask_trim(const GmSnapshot *s, uint32 *served_before)
 	if (pg_atomic_read_u32(&slot->requests) & GM_REQ_TRIM)
 		return -1;
 	return send_request(s->slot, s->pid, GM_REQ_TRIM | GM_REQ_PUBLISH) != GM_SENT_NONE ? 1 : 0;
+}
+
+/* Whether a trim request is still pending in the slot of snapshot s's process. */
+bool
+gm_shmem_trim_pending(const GmSnapshot *s)
+{
+	GmSlot	   *slot;
+
+	if (shared == NULL || s->slot < 0 || s->slot >= shared->nslots)
+		return false;
+	slot = &shared->slots[s->slot];
+	return slot->snap.pid == s->pid && (pg_atomic_read_u32(&slot->requests) & GM_REQ_TRIM) != 0;
 }
 
 /*
@@ -779,19 +792,63 @@ glibc_malloc_trim_backend(PG_FUNCTION_ARGS)
 	PG_RETURN_BOOL(true);
 }
 
+/* qsort/bsearch comparator for GmPidState by pid. */
+static int
+cmp_pid_state(const void *a, const void *b)
+{
+	int			x = ((const GmPidState *) a)->pid;
+	int			y = ((const GmPidState *) b)->pid;
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * The backends' pg_stat_activity states, from the same snapshot as that
+ * view, sorted by pid and palloc'd in *states; returns how many.
+ */
+int
+gm_shmem_backend_states(GmPidState **states)
+{
+	int			nbackends = pgstat_fetch_stat_numbackends();
+	int			n = 0;
+
+	*states = palloc(sizeof(GmPidState) * Max(nbackends, 1));
+	for (int i = 1; i <= nbackends; i++)
+	{
+		LocalPgBackendStatus *local = gm_local_beentry(i);
+
+		if (local == NULL)
+			continue;
+		(*states)[n].pid = local->backendStatus.st_procpid;
+		(*states)[n].state = local->backendStatus.st_state;
+		n++;
+	}
+	qsort(*states, n, sizeof(GmPidState), cmp_pid_state);
+	return n;
+}
+
 /*
  * Whether the process of snapshot s waits for its client's next command
- * outside any transaction, read from its PGPROC: the wait event is
- * ClientRead and it has no local transaction.  This is what
- * pg_stat_activity calls idle, without depending on track_activities
- * (from PostgreSQL 14, wait events are reported whatever it says; on 13
- * a backend with track_activities = off is never seen idle).
+ * outside any transaction: pg_stat_activity's state 'idle' (states, from
+ * gm_shmem_backend_states).  Where the backend does not report its state
+ * (track_activities = off), read from its PGPROC instead: the wait event
+ * is ClientRead and it has no local transaction.  From PostgreSQL 14 wait
+ * events are reported whatever track_activities says; on 13 such a
+ * backend is never seen idle.  (The PGPROC cannot tell a failed
+ * transaction block, which has no local transaction either: with
+ * track_activities on, the state does.)
  */
 bool
-gm_shmem_is_idle(const GmSnapshot *s)
+gm_shmem_is_idle(const GmSnapshot *s, const GmPidState *states, int nstates)
 {
-	PGPROC	   *proc = snapshot_proc(s);
+	GmPidState	key = {.pid = s->pid};
+	GmPidState *found = nstates > 0 ?
+		bsearch(&key, states, nstates, sizeof(GmPidState), cmp_pid_state) : NULL;
+	PGPROC	   *proc;
 
+	if (found != NULL && found->state != STATE_DISABLED)
+		return found->state == STATE_IDLE;
+	proc = snapshot_proc(s);
 	return proc != NULL && proc->wait_event_info == WAIT_EVENT_CLIENT_READ &&
 		GM_PROC_LXID(proc) == InvalidLocalTransactionId;
 }
@@ -807,6 +864,8 @@ Datum
 glibc_malloc_trim_idle(PG_FUNCTION_ARGS)
 {
 	int64		min_free = PG_GETARG_INT64(0);
+	GmPidState *states;
+	int			nstates;
 	GmSnapshot *targets;
 	int			ntargets = 0;
 	int			asked = 0;
@@ -818,13 +877,14 @@ glibc_malloc_trim_idle(PG_FUNCTION_ARGS)
 	require_shared();
 
 	/* Every filter, the privileges too, before asking anybody. */
+	nstates = gm_shmem_backend_states(&states);
 	targets = palloc(sizeof(GmSnapshot) * shared->nslots);
 	for (int i = 0; i < shared->nslots; i++)
 	{
 		GmSnapshot *s = &targets[ntargets];
 
 		if (!read_slot(&shared->slots[i], s) || s->pid == MyProcPid || !s->signalable ||
-			s->taken_at == 0 || s->free_bytes <= min_free || !gm_shmem_is_idle(s) ||
+			s->taken_at == 0 || s->free_bytes <= min_free || !gm_shmem_is_idle(s, states, nstates) ||
 			!gm_shmem_may_trim(s))
 			continue;
 		ntargets++;

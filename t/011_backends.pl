@@ -8,6 +8,7 @@ use lib $FindBin::RealBin;
 use GlibcMallocTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(sleep);
 
 my $node = new_node('backends', "glibc_malloc.stats_interval = 0\nwork_mem = '32MB'\n");
 my $big_sort = workload('big_sort');
@@ -64,6 +65,16 @@ is($holder->query_safe('SELECT remote_trims FROM glibc_malloc_stats()'), $trims,
 cmp_ok(rss_anon($hpid), '>', $before - 2**20, 'its RssAnon stays');
 $holder->query_safe('COMMIT');
 ok(wait_for(sub { rss_anon($hpid) < $before - 8 * 2**20 }, 2), 'the trim comes after COMMIT');
+
+# A request that arrives during a transaction is served at the first
+# statement of the next one, a transaction block too (busy clients that
+# work in blocks would otherwise never be trimmed).
+$holder->query_safe("BEGIN; $big_sort; SELECT 1");
+$trims = $holder->query_safe('SELECT remote_trims FROM glibc_malloc_stats()');
+$admin->query_safe("SELECT glibc_malloc_trim_backend($hpid)");
+is($holder->query_safe('COMMIT; BEGIN; SELECT remote_trims FROM glibc_malloc_stats()'), $trims + 1,
+	'served at the first statement of the next transaction block');
+$holder->query_safe('COMMIT');
 
 # Visibility: a role without privileges sees only its own rows.
 is($other->query_safe('SELECT string_agg(DISTINCT usename, \',\') FROM glibc_malloc_backends'), 'bob',
@@ -144,6 +155,8 @@ $s->quit;
 # read the PGPROC, not pg_stat_activity); on 13 nothing reports them, which
 # the doctor says.
 $node->safe_psql('postgres', "ALTER SYSTEM SET track_activities = off; ALTER SYSTEM RESET glibc_malloc.stats_interval; SELECT pg_reload_conf()");
+ok(wait_for(sub { $node->safe_psql('postgres', 'SHOW track_activities') eq 'off' && $admin->query_safe('SHOW track_activities') eq 'off' }, 5),
+	'track_activities is off after the reload');
 my $quiet = $node->background_psql('postgres');
 my $qpid = $quiet->query_safe('SELECT pg_backend_pid()');
 $quiet->query_safe("SET glibc_malloc.preset = 'greedy'; $big_sort; $big_sort");

@@ -13,6 +13,7 @@ use lib $FindBin::RealBin;
 use GlibcMallocTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use Time::HiRes qw(sleep);
 
 my $node = new_node('threads', "glibc_malloc.stats_interval = 0\nwork_mem = '64MB'\n");
 my $so = test_module('gm_test_threads');
@@ -20,7 +21,7 @@ $node->safe_psql('postgres', qq{
 	CREATE FUNCTION gm_test_start_thread() RETURNS integer AS '$so' LANGUAGE C;
 	CREATE FUNCTION gm_test_block_sigusr2(boolean) RETURNS void AS '$so' LANGUAGE C;
 	CREATE FUNCTION gm_test_tgkill(integer, integer) RETURNS boolean AS '$so' LANGUAGE C;
-	CREATE FUNCTION gm_test_block_sigusr2_for(integer) RETURNS void AS '$so' LANGUAGE C;
+	CREATE FUNCTION gm_test_block_sigusr2_window(integer, integer) RETURNS void AS '$so' LANGUAGE C;
 });
 my $sort = q{SELECT count(*) FROM (SELECT md5(i::text) FROM generate_series(1, 300000) i ORDER BY 1) s};
 
@@ -35,21 +36,37 @@ sub answers
 my $admin = $node->background_psql('postgres');
 my $big_sort = workload('big_sort');
 
+# SIGUSR2 pending for process $p, in its main thread (SigPnd) or the
+# process (ShdPnd).
+sub sigusr2_pending
+{
+	my ($p, $which) = @_;
+	my $status = slurp_file("/proc/$p/task/$p/status");
+	my ($mask) = $status =~ /^$which:\s+([0-9a-f]+)$/m;
+	return hex(substr($mask, -4)) & (1 << 11) ? 1 : 0;
+}
+
 # glibc_malloc_trim_idle()'s request survives the transactions PostgreSQL
 # runs by itself at the idle wait (here it delivers a notification): the
-# backend did not work since, it is still idle.  SIGUSR2 is held back for
-# 2 s, so the request is still pending when the notification's transaction
-# ends; then it arrives at the idle wait and is served.
+# backend did not work since, it is still idle.  SIGUSR2 is held back from
+# 0.3 s to 3.3 s while the backend waits for its client, so the request is
+# still pending when the notification's transaction ends; then it arrives
+# at the idle wait and is served, without a statement.
 my $l = $node->background_psql('postgres');
 my $lpid = $l->query_safe('SELECT pg_backend_pid()');
 $l->query_safe("SET glibc_malloc.preset = 'greedy'; LISTEN ch; $big_sort; $big_sort");
-$l->query_safe('SELECT gm_test_block_sigusr2_for(2000)');
+$l->query_safe('SELECT gm_test_block_sigusr2_window(300, 3300)');
+sleep 0.5;
 my $trims = $node->safe_psql('postgres', "SELECT remote_trims FROM glibc_malloc_backends WHERE pid = $lpid");
 my $rss = rss_anon($lpid);
 is($admin->query_safe('SELECT glibc_malloc_trim_idle(1048576)'), 1, 'trim_idle asks the idle listener');
 $admin->query_safe("NOTIFY ch, 'hello'");
+sleep 0.5;
+is($node->safe_psql('postgres', "SELECT remote_trims FROM glibc_malloc_backends WHERE pid = $lpid"), $trims,
+	'not served while SIGUSR2 is held back');
+ok(sigusr2_pending($lpid, 'ShdPnd') || sigusr2_pending($lpid, 'SigPnd'), 'the request\'s signal waits');
 ok(wait_for(sub { $node->safe_psql('postgres', "SELECT remote_trims FROM glibc_malloc_backends WHERE pid = $lpid") > $trims }, 6),
-	'the request is served after the notification\'s transaction');
+	'the request is served after the notification\'s transaction, at the idle wait');
 ok(rss_anon($lpid) < $rss - 4 * 2**20, sprintf('RssAnon %.1f MB -> %.1f MB', $rss / 2**20, rss_anon($lpid) / 2**20));
 like($l->query_safe('SELECT 1'), qr/hello/, 'the notification was delivered meanwhile');
 $l->quit;
@@ -83,31 +100,30 @@ ok(wait_for(sub { counters() =~ /^[1-9]/ }, 5), 'balanced releases the idle heap
 like(slurp_file("/proc/$pid/timers"), qr/^notify:\s+signal\/tid\.$pid$/m,
 	'the timer signals the main thread, not the process');
 
-# With SIGUSR2 blocked in the main thread, every process-directed SIGUSR2
-# (remote trims) goes to the other thread, which loops in malloc.  It is
-# passed on to the main thread, where it waits (the kernel's SigPnd), and
-# nothing runs on the other thread.
-my $c = counters();
-$s->query_safe('SELECT gm_test_block_sigusr2(true)');
-$s->query_safe($sort);
+# With SIGUSR2 blocked in the main thread, a process-directed SIGUSR2 (a
+# remote trim) goes to the other thread, which loops in malloc.  It is
+# passed on to the main thread, where it waits (the kernel's SigPnd of the
+# main thread, not the process's ShdPnd), and nothing runs on the other
+# thread.  Once unblocked, at the idle wait, the main thread serves it:
+# no statement, no timer of ours is involved (preset default).
+my $t = $node->background_psql('postgres', timeout => 15);
+my $tpid = $t->query_safe('SELECT pg_backend_pid()');
+my $ttid = $t->query_safe('SELECT gm_test_start_thread()');
+$t->query_safe('SELECT gm_test_block_sigusr2_window(300, 2300)');
+sleep 0.5;
+my $tc = $node->safe_psql('postgres', "SELECT remote_trims FROM glibc_malloc_backends WHERE pid = $tpid");
 my $other = $admin;
-$other->query_safe("SELECT glibc_malloc_trim_backend($pid), pg_sleep(0.05)") for 1 .. 20;
-sleep 2;    # and the idle release falls due
-is(counters(), $c, 'nothing was served on the other thread');
-is(thread_state($tid), 'R', 'the other thread is not stuck on a lock');
-my ($sigpnd) = slurp_file("/proc/$pid/task/$pid/status") =~ /^SigPnd:\s+([0-9a-f]+)$/m;
-ok(hex(substr($sigpnd, -4)) & (1 << 11), "SIGUSR2 waits for the main thread (SigPnd $sigpnd)");
-my $hung = !answers($s);
-ok(!$hung, 'the backend answers');
-if ($hung)
-{
-	diag `gdb -batch -nx -p $pid -ex 'thread apply all bt' 2>&1 | grep -E '^#|^Thread' | head -40`;
-	kill 'KILL', $pid;
-	done_testing();
-	exit;
-}
-$s->query_safe('SELECT gm_test_block_sigusr2(false)');
-ok(wait_for(sub { counters() =~ /,[1-9]\d*$/ }, 5), 'the request is served on the main thread (' . counters() . ')');
+$other->query_safe("SELECT glibc_malloc_trim_backend($tpid), pg_sleep(0.05)") for 1 .. 5;
+is($node->safe_psql('postgres', "SELECT remote_trims FROM glibc_malloc_backends WHERE pid = $tpid"), $tc,
+	'nothing is served on the other thread');
+is(sigusr2_pending($tpid, 'SigPnd') . sigusr2_pending($tpid, 'ShdPnd'), '10',
+	'SIGUSR2 was passed on: it waits for the main thread, not for the process');
+my ($tstate) = slurp_file("/proc/$tpid/task/$ttid/stat") =~ /\) (\w) /;
+is($tstate, 'R', 'the other thread is not stuck on a lock');
+ok(wait_for(sub { $node->safe_psql('postgres', "SELECT remote_trims FROM glibc_malloc_backends WHERE pid = $tpid") > $tc }, 5),
+	'unblocked, the main thread serves it at the idle wait');
+ok(answers($t), 'the backend answers') or kill 'KILL', $tpid;
+$t->quit;
 
 # SIGUSR2 sent straight at the other thread (tgkill) while the main
 # thread waits for the client with an idle release pending: passed on,
@@ -116,7 +132,7 @@ my ($releases) = split /,/, counters();
 $s->query_safe($sort);
 $other->query_safe("SELECT gm_test_tgkill($pid, $tid), pg_sleep(0.02)") for 1 .. 100;
 is(thread_state($tid), 'R', 'after 100 signals at the other thread, it is not stuck');
-ok(answers($s), 'the backend answers');
+ok(answers($s), 'the backend answers') or kill 'KILL', $pid;
 ok(wait_for(sub { (split /,/, counters())[0] > $releases }, 5), 'and the idle release ran (' . counters() . ')');
 
 $s->quit;

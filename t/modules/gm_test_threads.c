@@ -13,11 +13,12 @@
  *								main, thread: process-directed SIGUSR2 then
  *								goes to the other thread
  *	gm_test_tgkill(pid, tid)	send SIGUSR2 to thread tid of process pid
- *	gm_test_block_sigusr2_for(ms)	block SIGUSR2 in the main thread for ms,
- *								then unblock it from a timer's handler
- *								(through the mask its return restores), so
- *								that what waited is delivered while the
- *								backend sits at its idle wait
+ *	gm_test_block_sigusr2_window(start_ms, end_ms)
+ *								block SIGUSR2 in the main thread from
+ *								start_ms to end_ms from now, from a timer's
+ *								handler (through the mask its return
+ *								restores), while the backend sits at its
+ *								idle wait
  *
  *-------------------------------------------------------------------------
  */
@@ -37,7 +38,7 @@ PG_MODULE_MAGIC;
 PG_FUNCTION_INFO_V1(gm_test_start_thread);
 PG_FUNCTION_INFO_V1(gm_test_block_sigusr2);
 PG_FUNCTION_INFO_V1(gm_test_tgkill);
-PG_FUNCTION_INFO_V1(gm_test_block_sigusr2_for);
+PG_FUNCTION_INFO_V1(gm_test_block_sigusr2_window);
 
 static volatile pid_t thread_tid = 0;
 
@@ -99,29 +100,57 @@ gm_test_tgkill(PG_FUNCTION_ARGS)
 						   (pid_t) PG_GETARG_INT32(1), SIGUSR2) == 0);
 }
 
-/* The unblocking timer's signal: drop SIGUSR2 from the mask restored on return. */
+/*
+ * The window timer's signal: the first expiry adds SIGUSR2 to the mask its
+ * return restores, and re-arms; the second removes it.
+ */
+static timer_t window_timer;
+static volatile sig_atomic_t window_phase = 0;	/* 0 idle, 1 before, 2 blocked */
+static long window_rest_ms = 0;
+
 static void
-unblock_handler(int signo, siginfo_t *info, void *context)
+window_handler(int signo, siginfo_t *info, void *context)
 {
-	sigdelset(&((ucontext_t *) context)->uc_sigmask, SIGUSR2);
+	ucontext_t *uc = (ucontext_t *) context;
+
+	if (window_phase == 1)
+	{
+		struct itimerspec its;
+
+		sigaddset(&uc->uc_sigmask, SIGUSR2);
+		window_phase = 2;
+		memset(&its, 0, sizeof(its));
+		its.it_value.tv_sec = window_rest_ms / 1000;
+		its.it_value.tv_nsec = (window_rest_ms % 1000) * 1000000;
+		timer_settime(window_timer, 0, &its, NULL);
+	}
+	else if (window_phase == 2)
+	{
+		sigdelset(&uc->uc_sigmask, SIGUSR2);
+		window_phase = 0;
+	}
 }
 
-/* Block SIGUSR2 in the calling (main) thread, and unblock it in ms. */
+/*
+ * Block SIGUSR2 in the calling (main) thread from start_ms from now to
+ * end_ms from now, from a timer's handler: the backend can sit at its idle
+ * wait meanwhile, and what waited is delivered there.
+ */
 Datum
-gm_test_block_sigusr2_for(PG_FUNCTION_ARGS)
+gm_test_block_sigusr2_window(PG_FUNCTION_ARGS)
 {
-	static timer_t timer;
 	static bool made = false;
-	int			ms = PG_GETARG_INT32(0);
-	struct sigaction act;
-	struct sigevent sev;
+	int			start_ms = PG_GETARG_INT32(0);
+	int			end_ms = PG_GETARG_INT32(1);
 	struct itimerspec its;
-	sigset_t	set;
 
 	if (!made)
 	{
+		struct sigaction act;
+		struct sigevent sev;
+
 		memset(&act, 0, sizeof(act));
-		act.sa_sigaction = unblock_handler;
+		act.sa_sigaction = window_handler;
 		act.sa_flags = SA_SIGINFO | SA_RESTART;
 		sigemptyset(&act.sa_mask);
 		sigaction(SIGRTMIN + 5, &act, NULL);
@@ -129,16 +158,17 @@ gm_test_block_sigusr2_for(PG_FUNCTION_ARGS)
 		sev.sigev_notify = SIGEV_THREAD_ID;
 		sev.sigev_signo = SIGRTMIN + 5;
 		sev._sigev_un._tid = (pid_t) syscall(SYS_gettid);
-		if (timer_create(CLOCK_MONOTONIC, &sev, &timer) != 0)
+		if (timer_create(CLOCK_MONOTONIC, &sev, &window_timer) != 0)
 			elog(ERROR, "timer_create failed");
 		made = true;
 	}
-	sigemptyset(&set);
-	sigaddset(&set, SIGUSR2);
-	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	if (start_ms < 1 || end_ms <= start_ms)
+		elog(ERROR, "need 0 < start_ms < end_ms");
+	window_rest_ms = end_ms - start_ms;
+	window_phase = 1;
 	memset(&its, 0, sizeof(its));
-	its.it_value.tv_sec = ms / 1000;
-	its.it_value.tv_nsec = (long) (ms % 1000) * 1000000;
-	timer_settime(timer, 0, &its, NULL);
+	its.it_value.tv_sec = start_ms / 1000;
+	its.it_value.tv_nsec = (long) (start_ms % 1000) * 1000000;
+	timer_settime(window_timer, 0, &its, NULL);
 	PG_RETURN_VOID();
 }
