@@ -285,7 +285,8 @@ statement_start(void)
 	 * in is over: served here only by the first statement after a
 	 * transaction end (the next transaction has only just begun, a block
 	 * too), never by a later statement of a transaction or of a function
-	 * (SPI).
+	 * (SPI); a procedure that commits begins a new transaction, whose first
+	 * statement may.
 	 */
 	if (first_statement)
 	{

@@ -35,6 +35,9 @@
  * A timer aimed at one thread (SIGEV_THREAD_ID): glibc 2.35 named the
  * field sigev_notify_thread_id; before, only the union member is there.
  */
+#if defined(__GLIBC__) && defined(__linux__)
+#define GM_HAVE_THREAD_SIGNALS 1	/* gettid, tgkill, SIGEV_THREAD_ID */
+#endif
 #ifdef sigev_notify_thread_id
 #define gm_sigev_thread_id sigev_notify_thread_id
 #else

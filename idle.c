@@ -93,7 +93,7 @@ static bool timer_ok = false;
 static volatile sig_atomic_t in_idle_work = false;
 static volatile sig_atomic_t retry_ms = GM_IDLE_RETRY_MS;	/* next retry interval */
 
-#ifdef GM_HAVE_GLIBC
+#ifdef GM_HAVE_THREAD_SIGNALS
 static timer_t idle_timer;
 
 /*
@@ -120,7 +120,7 @@ gm_at_idle_wait(void)
 static void
 arm(int64 delay_ms)
 {
-#ifdef GM_HAVE_GLIBC
+#ifdef GM_HAVE_THREAD_SIGNALS
 	struct itimerspec its;
 
 	if (delay_ms < 1)
@@ -148,7 +148,7 @@ gm_sigusr2_handler(int signo, siginfo_t *info, void *context)
 	 * the main thread (whose thread id is the pid) and return.  The timer
 	 * is aimed at the main thread already.
 	 */
-#ifdef GM_HAVE_GLIBC
+#ifdef GM_HAVE_THREAD_SIGNALS
 	if (setup_pid == MyProcPid && (pid_t) syscall(SYS_gettid) != MyProcPid)
 	{
 		(void) syscall(SYS_tgkill, (pid_t) MyProcPid, (pid_t) MyProcPid, SIGUSR2);
@@ -161,7 +161,7 @@ gm_sigusr2_handler(int signo, siginfo_t *info, void *context)
 	{
 		int64		now = gm_monotonic_usec();
 
-#ifdef GM_HAVE_GLIBC
+#ifdef GM_HAVE_THREAD_SIGNALS
 		if (info != NULL && info->si_code == SI_TIMER)
 			pg_atomic_write_u64(&armed_for, 0);
 #endif
@@ -227,7 +227,7 @@ gm_idle_ready(void)
 bool
 gm_idle_enabled(void)
 {
-#ifdef GM_HAVE_GLIBC
+#ifdef GM_HAVE_THREAD_SIGNALS
 	struct sigaction act;
 	struct sigevent sev;
 
@@ -268,7 +268,7 @@ gm_idle_enabled(void)
 void
 gm_idle_schedule(int64 now, int64 delay_ms)
 {
-#ifdef GM_HAVE_GLIBC
+#ifdef GM_HAVE_THREAD_SIGNALS
 	uint64		armed;
 	sigset_t	block,
 				old;

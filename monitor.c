@@ -428,8 +428,13 @@ detect_auto(const char *pg_cgroup)
 		if (!(v == 2 ? have_v2 : have_v1) ||
 			!cgroup_mount_dir(v == 2, v == 2 ? v2path : v1path, dir, sizeof(dir), top, sizeof(top)))
 			continue;
-		/* The server's own cgroup v2 has PSI even without a limit; not the root's (the machine's). */
-		if (v == 2 && strcmp(dir, top) != 0 && has_file(dir, "memory.pressure"))
+		/*
+		 * The server's own cgroup v2 has PSI even without a limit; not the
+		 * real root's (the machine's), which has no memory.current, unlike
+		 * the root of a cgroup namespace (a container).
+		 */
+		if (v == 2 && has_file(dir, "memory.pressure") &&
+			(strcmp(dir, top) != 0 || has_file(dir, "memory.current")))
 			strlcpy(psi_dir, dir, sizeof(psi_dir));
 		if (cgroup_kind(dir) != kind)
 			continue;
@@ -562,7 +567,7 @@ fmt_bytes(char *buf, size_t size, int64 bytes)
  * that left their slot.  O(slots).
  */
 static void
-settle_asked(const GmSnapshot *snaps, int n, int64 mono)
+settle_asked(const GmSnapshot *snaps, int n)
 {
 	for (int i = 0; i < nslots; i++)
 		live[i] = -1;
@@ -580,11 +585,9 @@ settle_asked(const GmSnapshot *snaps, int n, int64 mono)
 		{
 			if (gm_shmem_trim_pending(s))
 				continue;		/* not served yet */
-			if (s->served == asked[i].served &&
-				mono - asked[i].asked_at < (int64) GM_MONITOR_GRACE_MS * 1000)
-				continue;		/* taken; its snapshot follows at once */
-			if (asked[i].ours && s->served != asked[i].served &&
-				s->rss_anon_bytes >= 0 && asked[i].rss_before > s->rss_anon_bytes)
+			if (s->served == asked[i].served)
+				continue;		/* taken: trimming, its snapshot follows */
+			if (asked[i].ours && s->rss_anon_bytes >= 0 && asked[i].rss_before > s->rss_anon_bytes)
 			{
 				int64		drop = asked[i].rss_before - s->rss_anon_bytes;
 
@@ -718,7 +721,7 @@ monitor_tick(void)
 	n = gm_shmem_all_snapshots(snaps);
 	for (int i = 0; i < n; i++)
 		total_free += gm_snapshot_free_heap(&snaps[i]);
-	settle_asked(snaps, n, mono);
+	settle_asked(snaps, n);
 
 	if (monitor_enabled && l.limit > 0 && l.usage >= 0)
 	{

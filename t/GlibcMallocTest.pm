@@ -155,7 +155,7 @@ sub test_module
 	my $so = PostgreSQL::Test::Utils::tempdir . "/$name.so";
 	my ($out, $err);
 	IPC::Run::run([ 'cc', '-shared', '-fPIC', '-O2', '-Wall', '-I', $inc,
-			"$FindBin::RealBin/modules/$name.c", '-o', $so, '-lpthread' ],
+			"$FindBin::RealBin/modules/$name.c", '-o', $so, '-lpthread', '-lrt' ],
 		'<', \undef, '>', \$out, '2>', \$err)
 	  or die "cannot build t/modules/$name.c:\n$out$err";
 	return $so;

@@ -19,6 +19,7 @@
  *								handler (through the mask its return
  *								restores), while the backend sits at its
  *								idle wait
+ *	gm_test_end_window(pid)		end that window in process pid now
  *
  *-------------------------------------------------------------------------
  */
@@ -39,6 +40,7 @@ PG_FUNCTION_INFO_V1(gm_test_start_thread);
 PG_FUNCTION_INFO_V1(gm_test_block_sigusr2);
 PG_FUNCTION_INFO_V1(gm_test_tgkill);
 PG_FUNCTION_INFO_V1(gm_test_block_sigusr2_window);
+PG_FUNCTION_INFO_V1(gm_test_end_window);
 
 static volatile pid_t thread_tid = 0;
 
@@ -171,4 +173,13 @@ gm_test_block_sigusr2_window(PG_FUNCTION_ARGS)
 	its.it_value.tv_nsec = (long) (start_ms % 1000) * 1000000;
 	timer_settime(window_timer, 0, &its, NULL);
 	PG_RETURN_VOID();
+}
+
+/* End the window of process pid now: its window signal, sent early. */
+Datum
+gm_test_end_window(PG_FUNCTION_ARGS)
+{
+	pid_t		pid = (pid_t) PG_GETARG_INT32(0);
+
+	PG_RETURN_BOOL(syscall(SYS_tgkill, pid, pid, SIGRTMIN + 5) == 0);
 }
