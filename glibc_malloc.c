@@ -349,6 +349,7 @@ static void
 gm_xact_callback(XactEvent event, void *arg)
 {
 	bool		client_statement;
+	int64		mono;
 
 	switch (event)
 	{
@@ -366,12 +367,12 @@ gm_xact_callback(XactEvent event, void *arg)
 			 * catch-up, notifications at the idle wait) leaves them alone.
 			 */
 			first_statement = true;
+			mono = gm_monotonic_usec();
 			client_statement = GetCurrentStatementStartTimestamp() != last_statement_start;
 			if (client_statement)
 			{
 				GmSource	source;
 				TimestampTz wall = GetCurrentTimestamp();
-				int64		mono = gm_monotonic_usec();
 
 				/*
 				 * The statement's start on the monotonic clock: its age by
@@ -394,7 +395,7 @@ gm_xact_callback(XactEvent event, void *arg)
 					pend_unused = true;
 			}
 			if (gm_shmem_active())
-				pend_publish = gm_shmem_transaction_end(gm_monotonic_usec(), client_statement);
+				pend_publish = gm_shmem_transaction_end(mono, client_statement);
 			gm_doctor_transaction_end();
 			replan = false;
 			plan();

@@ -63,6 +63,7 @@ my $file = "$dir/hogfile";
 my $pid = fork // die;
 if ($pid == 0)
 {
+	setpgrp;    # its cat processes too are killed with the group
 	write_file("$hog/cgroup.procs", $$);
 	system('dd', 'if=/dev/zero', "of=$file", 'bs=1M', 'count=256', 'status=none');
 	my $end = time + 40;
@@ -81,9 +82,8 @@ is($pressure, 'false', 'usage at 10% of the limit: no pressure');
 is($rounds, 0, 'and no round: the machine\'s PSI is not the server\'s');
 is($psi, 'null', 'the view shows no PSI for a v1 cgroup');
 
-kill 'KILL', $pid;
+kill 'KILL', -$pid, $pid;
 waitpid $pid, 0;
-sleep 0.5;
-rmdir $hog;
+ok(wait_for(sub { rmdir $hog }, 10), 'the hog and its cgroup are gone');
 $s->quit;
 done_testing();
