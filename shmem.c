@@ -842,7 +842,7 @@ bool
 gm_shmem_is_idle(const GmSnapshot *s, const GmPidState *states, int nstates)
 {
 	GmPidState	key = {.pid = s->pid};
-	GmPidState *found = nstates > 0 ?
+	const GmPidState *found = nstates > 0 ?
 		bsearch(&key, states, nstates, sizeof(GmPidState), cmp_pid_state) : NULL;
 	PGPROC	   *proc;
 
