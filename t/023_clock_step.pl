@@ -18,7 +18,15 @@ my ($lib) = glob('/usr/lib/*/faketime/libfaketime.so.1');
 plan skip_all => 'libfaketime is not installed (Debian package libfaketime)' unless $lib;
 
 my $rc = PostgreSQL::Test::Utils::tempdir . '/faketime.rc';
-sub set_clock { open my $fh, '>', $rc or die $!; print $fh "$_[0]\n"; close $fh }
+# Replaced whole (rename): libfaketime reads the file on every clock call,
+# and newer versions exit the process when they read it half written.
+sub set_clock
+{
+	open my $fh, '>', "$rc.new" or die $!;
+	print $fh "$_[0]\n";
+	close $fh;
+	rename "$rc.new", $rc or die $!;
+}
 set_clock('+0');
 
 my $node = new_node('clock', "glibc_malloc.stats_interval = '2s'\nwork_mem = '32MB'\n", no_start => 1);
