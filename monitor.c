@@ -18,11 +18,10 @@
  *
  * PSI is read only from the server's own cgroup v2 (memory.pressure, also
  * when the limit is the system's because that cgroup has none; not the root
- * cgroup's), never from the whole machine's /proc/pressure/memory: that one
- * rises with a
- * neighbour's stalls and with page-cache refaults (a database larger than
- * RAM), and acting on it would ask for half of all free heap every 10 s
- * while the server's own usage is far below its limit.
+ * cgroup's), never from the whole machine's /proc/pressure/memory: that
+ * one rises with a neighbour's stalls and with page-cache refaults (a
+ * database larger than RAM), and acting on it would ask for half of all
+ * free heap every 10 s while the server's own usage is far below its limit.
  *
  * In a cgroup, the usage counts what the kernel cannot simply drop: the
  * cgroup's usage minus its file pages (active_file and inactive_file in
@@ -42,7 +41,8 @@
  * need.  A backend asked is not asked again until it has served the
  * request; what it was asked for counts against the need for
  * GM_MONITOR_GRACE_MS only, so that a backend that cannot serve (idle in a
- * transaction) does not stop the others from being asked.  Every round that asks logs, at LOG,
+ * transaction) does not stop the others from being asked.  Every round
+ * that asks logs, at LOG,
  * how many backends, how many bytes and why; so does the end of pressure,
  * with what the backends returned (their RssAnon drop).
  *
@@ -126,8 +126,9 @@ static int64 detected_at = 0;	/* monotonic; 0: never */
 
 /*
  * Backends with a trim request pending, by slot: the monitor's own, and
- * others' it found (glibc_malloc_trim_backend), until served (a snapshot
- * published since) or gone.  A request served within GM_MONITOR_GRACE_MS
+ * others' it found (glibc_malloc_trim_backend), until served (the request
+ * flag is gone from the slot and the snapshot after serving is published)
+ * or gone.  A request served within GM_MONITOR_GRACE_MS
  * counts against the need; one that is not may never be (a backend idle in
  * a transaction, a worker without transactions), so its bytes stop
  * counting and the next holders are asked instead.  Allocated once.

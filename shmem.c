@@ -780,7 +780,7 @@ glibc_malloc_trim_backend(PG_FUNCTION_ARGS)
 					 errhint("Try again after its next transaction.")));
 			PG_RETURN_BOOL(false);
 		case GM_SENT_QUEUED:
-			/* Still true, as before 1.5: it was asked. */
+			/* Still true, so existing callers keep working: it was asked. */
 			ereport(NOTICE,
 					(errmsg("the request to process %d is queued, not delivered", pid),
 					 errdetail("The %s has no idle point to wake: it trims at its next transaction end, if it has one.",
