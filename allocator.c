@@ -13,6 +13,7 @@
 #include "postgres.h"
 
 #include <dlfcn.h>
+#include <sys/resource.h>
 #include <fcntl.h>
 #include <time.h>
 #include <unistd.h>
@@ -297,24 +298,30 @@ gm_monotonic_usec(void)
 }
 
 /*
- * This process's RssAnon in bytes, from /proc/self/status; -1 if unknown.
- * Async-signal-safe (open/read/close, no stdio): the idle point calls it in
- * signal context.  The file is read whole, in pieces, line by line: with
- * many supplementary groups its Groups: line alone exceeds 4 kB.
+ * A "Key:   N kB" line of /proc/PID/status (pid 0: this process) in bytes;
+ * -1 if unknown.  Async-signal-safe (open/read/close, no stdio): the idle
+ * point calls it in signal context.  The file is read whole, in pieces,
+ * line by line: with many supplementary groups its Groups: line alone
+ * exceeds 4 kB.  key includes the colon.
  */
 int64
-gm_rss_anon(void)
+gm_proc_status_bytes(int pid, const char *key)
 {
-	static const char key[] = "RssAnon:";
+	char		path[64];
 	char		buf[1024];
 	ssize_t		n;
-	int			fd = open("/proc/self/status", O_RDONLY);
+	int			fd;
+	int			klen = strlen(key);
 	int			matched = 0;	/* chars of key matched at a line start; -1 = not at one */
 	bool		in_value = false;
 	bool		digits = false;
 	int64		kb = 0;
 
-	if (fd < 0)
+	if (pid == 0)
+		strcpy(path, "/proc/self/status");
+	else
+		snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	if ((fd = open(path, O_RDONLY)) < 0)
 		return -1;
 	while ((n = read(fd, buf, sizeof(buf))) > 0)
 	{
@@ -339,7 +346,7 @@ gm_rss_anon(void)
 				matched = 0;
 			else if (matched >= 0 && c == key[matched])
 			{
-				if (++matched == sizeof(key) - 1)
+				if (++matched == klen)
 					in_value = true;
 			}
 			else
@@ -348,6 +355,63 @@ gm_rss_anon(void)
 	}
 	close(fd);
 	return digits ? kb * 1024 : -1;
+}
+
+/* This process's RssAnon in bytes; -1 if unknown.  Async-signal-safe. */
+int64
+gm_rss_anon(void)
+{
+	return gm_proc_status_bytes(0, "RssAnon:");
+}
+
+/*
+ * Process pid's (0: this one's) RLIMIT_DATA: its soft limit into *soft and
+ * hard into *hard, GM_NO_LIMIT for unlimited; false if it cannot be read
+ * (gone, another user's).
+ */
+bool
+gm_data_limit(int pid, int64 *soft, int64 *hard)
+{
+	struct rlimit cur;
+
+	if (prlimit(pid, RLIMIT_DATA, NULL, &cur) != 0)
+		return false;
+	*soft = cur.rlim_cur == RLIM_INFINITY || cur.rlim_cur > (rlim_t) PG_INT64_MAX ?
+		GM_NO_LIMIT : (int64) cur.rlim_cur;
+	*hard = cur.rlim_max == RLIM_INFINITY || cur.rlim_max > (rlim_t) PG_INT64_MAX ?
+		GM_NO_LIMIT : (int64) cur.rlim_max;
+	return true;
+}
+
+/*
+ * Set process pid's (0: this one's) soft RLIMIT_DATA to soft (GM_NO_LIMIT:
+ * unlimited), at most its hard limit, which stays as it is.  Returns the
+ * soft limit now in force, or -1 if it could not be set.  A limit below
+ * what the process has mapped already is allowed: its next mapping fails.
+ */
+int64
+gm_set_data_limit(int pid, int64 soft)
+{
+	int64		cur_soft;
+	int64		hard;
+	struct rlimit want;
+
+	if (!gm_data_limit(pid, &cur_soft, &hard))
+		return -1;
+	if (soft > hard)
+		soft = hard;
+	if (soft == cur_soft)
+		return soft;
+	want.rlim_cur = soft == GM_NO_LIMIT ? RLIM_INFINITY : (rlim_t) soft;
+	want.rlim_max = hard == GM_NO_LIMIT ? RLIM_INFINITY : (rlim_t) hard;
+#if SIZEOF_SIZE_T < 8
+	/* A 32-bit rlim_t cannot hold it: more than the address space anyway. */
+	if (soft != GM_NO_LIMIT && (int64) want.rlim_cur != soft)
+		want.rlim_cur = RLIM_INFINITY;
+#endif
+	if (prlimit(pid, RLIMIT_DATA, &want, NULL) != 0)
+		return -1;
+	return soft;
 }
 
 /*

@@ -32,6 +32,10 @@
  *						idle point: do it now)
  *	idle point			(idle.c, signal context) do what is due, after the
  *						transaction's memory is freed and its GUCs rolled back
+ *	memory limits		glibc_malloc.max_backend_memory is applied at
+ *						statement start and transaction end; an "out of
+ *						memory" under the module's limits gets a HINT
+ *						(emit_log_hook)
  *	settings change		(assign hooks, also at GUC rollback) re-plan: at once
  *						if that only sets the timer, else at the next
  *						statement start or transaction end
@@ -59,6 +63,7 @@ void		_PG_init(void);
 
 static ExecutorStart_hook_type prev_ExecutorStart = NULL;
 static ExecutorEnd_hook_type prev_ExecutorEnd = NULL;
+static emit_log_hook_type prev_emit_log_hook = NULL;
 
 /*
  * The preset's after-transaction trim waits this long for the idle point:
@@ -302,6 +307,7 @@ statement_start(void)
 	if (pend_publish)
 		publish_if_due(gm_monotonic_usec());
 	gm_statement_start();
+	gm_guard_statement_start();
 }
 
 /* Let presets follow work_mem before the query runs, then chain. */
@@ -397,12 +403,22 @@ gm_xact_callback(XactEvent event, void *arg)
 			if (gm_shmem_active())
 				pend_publish = gm_shmem_transaction_end(mono, client_statement);
 			gm_doctor_transaction_end();
+			gm_guard_apply();
 			replan = false;
 			plan();
 			break;
 		default:
 			break;
 	}
+}
+
+/* An "out of memory" under the module's limits gets a HINT; then chain. */
+static void
+gm_emit_log_hook(ErrorData *edata)
+{
+	gm_guard_error_hint(edata);
+	if (prev_emit_log_hook)
+		prev_emit_log_hook(edata);
 }
 
 /* Module load: learn the allocator, define the GUCs, wire the lifecycle. */
@@ -415,6 +431,7 @@ _PG_init(void)
 	gm_shmem_define_gucs();
 	gm_doctor_define_gucs();
 	gm_monitor_define_gucs();
+	gm_guard_define_gucs();
 	MarkGUCPrefixReserved("glibc_malloc");
 	if (process_shared_preload_libraries_in_progress)
 	{
@@ -426,5 +443,7 @@ _PG_init(void)
 	ExecutorStart_hook = gm_ExecutorStart;
 	prev_ExecutorEnd = ExecutorEnd_hook;
 	ExecutorEnd_hook = gm_ExecutorEnd;
+	prev_emit_log_hook = emit_log_hook;
+	emit_log_hook = gm_emit_log_hook;
 	RegisterXactCallback(gm_xact_callback, NULL);
 }

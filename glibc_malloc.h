@@ -23,10 +23,13 @@
  *	   doctor.c			what every backend's memory is and what would free it
  *						(glibc_malloc_doctor), and the statement log
  *						(log_min_executor_memory)
+ *	   guard.c			glibc_malloc.max_backend_memory (RLIMIT_DATA) and
+ *						the HINT of an "out of memory" under the limits
  *	   monitor.c		the memory monitor: a background worker that asks
  *						backends to return free heap under memory pressure
  *						or above glibc_malloc.max_total_free; stats.c,
- *						doctor.c and monitor.c never call each other
+ *						doctor.c, guard.c and monitor.c never call each
+ *						other
  *	6. glibc_malloc.c	_PG_init, the hooks, and the only place that wires
  *						lifecycle events to the layers
  *
@@ -66,6 +69,9 @@ typedef enum GmSource
 
 /* Largest kB value whose byte count still fits mallopt's int argument. */
 #define GM_MAX_KB			(INT_MAX / 1024)
+
+/* An RLIMIT_DATA of RLIM_INFINITY, as the module's limits store it. */
+#define GM_NO_LIMIT			PG_INT64_MAX
 
 /* Presets are rows of settings.c's gm_presets[]; row 0 leaves glibc alone. */
 #define GM_PRESET_DEFAULT 0
@@ -165,6 +171,7 @@ typedef struct GmSnapshot
 	int			backend_type;	/* BackendType */
 	int			preset;
 	bool		signalable;		/* serves SIGUSR2 requests */
+	bool		guarded;		/* the memory limits cover it (gm_guarded_process) */
 	TimestampTz taken_at;		/* 0 = claimed, not published yet */
 	int64		system_bytes;
 	int64		in_use_bytes;
@@ -210,6 +217,15 @@ typedef struct GmMonitorState
 	int64		returned_bytes; /* their RssAnon drop once they served it */
 	char		last_action[GM_MONITOR_TEXT];
 	TimestampTz last_action_at; /* 0 = none yet */
+	/* the memory guard (glibc_malloc.memory_guard) */
+	bool		guard_enabled;
+	bool		guard_engaged;	/* limits are set */
+	int64		guard_headroom; /* bytes the guarded may still add; -1 */
+	int			guard_limited;	/* processes with a guard limit now */
+	int64		guard_rounds;	/* ticks that lowered a limit */
+	int64		guard_lowered;	/* limits lowered */
+	char		guard_last_action[GM_MONITOR_TEXT];
+	TimestampTz guard_last_action_at;	/* 0 = none yet */
 } GmMonitorState;
 
 /* 1. allocator.c */
@@ -226,7 +242,10 @@ extern void gm_allocator_init(void);
 extern const char *gm_glibc_version(void);
 extern int64 gm_mmap_threshold_limit(void);
 extern void gm_mallinfo(GmMallinfo *mi);
+extern int64 gm_proc_status_bytes(int pid, const char *key);
 extern int64 gm_rss_anon(void);
+extern bool gm_data_limit(int pid, int64 *soft, int64 *hard);
+extern int64 gm_set_data_limit(int pid, int64 soft);
 extern int64 gm_monotonic_usec(void);
 extern int64 gm_release(size_t pad);
 extern void gm_release_counted(GmReleaseKind kind);
@@ -242,6 +261,7 @@ extern bool gm_dynamic_active(GmSource *frozen_by);
 extern int	gm_idle_delay(GmSource *source);
 extern int	gm_current_preset(void);
 extern const char *gm_preset_name(int preset);
+extern bool gm_guarded_process(void);
 
 /*
  * 3. idle.c.  The work runs at the idle point, in signal context; it
@@ -283,10 +303,23 @@ extern int	gm_shmem_all_snapshots(GmSnapshot *snaps);
 extern int	gm_shmem_ask_trim(const GmSnapshot *s, uint32 *served);
 extern bool gm_shmem_trim_pending(const GmSnapshot *s);
 extern GmMonitorState *gm_shmem_monitor(void);
+extern void gm_shmem_claim(void);
+extern int64 gm_shmem_own_limit(int64 own, int64 *orig);
+extern int64 gm_shmem_my_guard_limit(void);
+extern bool gm_shmem_limits(int slotno, int pid, int64 *orig, int64 *own, int64 *guard, bool *guarded);
+extern int64 gm_shmem_set_guard_limit(int slotno, int64 limit);
+extern void gm_shmem_count_oom(bool guard);
+extern void gm_shmem_oom_counts(int64 *cap, int64 *guard);
 
 /* 5. monitor.c */
 extern void gm_monitor_define_gucs(void);
 extern void gm_monitor_register(void);
+
+/* 5. guard.c */
+extern void gm_guard_define_gucs(void);
+extern void gm_guard_apply(void);
+extern void gm_guard_statement_start(void);
+extern void gm_guard_error_hint(ErrorData *edata);
 
 /* 5. doctor.c (stats.c has no entry points of its own but SQL functions) */
 extern void gm_doctor_define_gucs(void);

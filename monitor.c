@@ -66,6 +66,9 @@
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
+#include "storage/proc.h"
+#include "storage/procarray.h"
+#include "utils/backend_status.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -87,7 +90,22 @@ PGDLLEXPORT void glibc_malloc_monitor_main(Datum arg);
 #define GM_MONITOR_REDETECT_MS	10000	/* look for a new limit this often */
 #define GM_MONITOR_LOG_MS		10000	/* log rounds of one episode this often */
 
+/*
+ * The memory guard (glibc_malloc.memory_guard).  From GM_GUARD_ENGAGE of
+ * the limit on, it gives every guarded process (gm_guarded_process) a soft
+ * RLIMIT_DATA with prlimit(2), so that together they cannot add more than
+ * the headroom up to GM_GUARD_TARGET of the limit before the next tick;
+ * below GM_GUARD_RELEASE it lifts them.  See guard_tick for the policy.
+ */
+#define GM_GUARD_TARGET		0.95	/* keep the usage below this */
+#define GM_GUARD_ENGAGE		0.75	/* set limits from this usage on */
+#define GM_GUARD_RELEASE	0.70	/* lift them below this */
+#define GM_GUARD_FLOOR		(32 * MB)	/* every process may always add this */
+#define GM_GUARD_GROWING	MB		/* grew this much in a tick: working */
+#define GM_GUARD_SLACK		(4 * MB)	/* smaller changes are not applied */
+
 /* GUCs (SIGHUP: the monitor is server-wide policy). */
+static bool memory_guard = true;
 static bool monitor_enabled = true;
 static double monitor_fraction = 0.9;
 static double monitor_psi = 10.0;
@@ -164,6 +182,29 @@ static int64 quiet_bytes = 0;
 
 /* The snapshots, read every tick into memory allocated once. */
 static GmSnapshot *snaps = NULL;
+
+/* The guard's, by slot: the pid it limits, its limit, its VmData last tick. */
+typedef struct GmGuarded
+{
+	int			pid;			/* 0 = none */
+	int64		limit;			/* the guard's soft limit; GM_NO_LIMIT = none */
+	int64		vmdata;			/* at the last tick, -1 = unknown */
+} GmGuarded;
+
+/* One candidate of a tick. */
+typedef struct GmGuardCand
+{
+	int			slot;
+	int			pid;
+	int64		vmdata;
+	bool		growing;
+} GmGuardCand;
+
+static GmGuarded *guarded = NULL;
+static GmGuardCand *cands = NULL;
+static bool guard_engaged = false;
+static int64 guard_last_log = 0;	/* monotonic */
+static int	guard_quiet_rounds = 0;	/* tightening rounds not logged yet */
 
 /* Read a small file into buf (NUL-terminated); false if it cannot be read. */
 static bool
@@ -699,6 +740,203 @@ ask_backends(GmSnapshot *snaps, int n, int64 need, const char *why, bool first)
 	return true;
 }
 
+/*
+ * Set the guard's limit of the process in slot (GM_NO_LIMIT: lift it), and
+ * the lowest of its three limits with prlimit(2); true if that worked.
+ */
+static bool
+guard_set(int slot, int pid, int64 limit)
+{
+	int64		orig;
+	int64		own;
+	int64		cur;
+
+	/* Still that process (a pid is checked against its slot first). */
+	if (!gm_shmem_limits(slot, pid, &orig, &own, &cur, NULL))
+	{
+		guarded[slot].pid = 0;
+		return false;
+	}
+	guarded[slot].pid = limit == GM_NO_LIMIT ? 0 : pid;
+	guarded[slot].limit = limit;
+	return gm_set_data_limit(pid, gm_shmem_set_guard_limit(slot, limit)) >= 0;
+}
+
+/* Lift every limit the guard set (pressure over, guard off, exit). */
+static void
+guard_lift_all(void)
+{
+	for (int i = 0; i < nslots; i++)
+		if (guarded[i].pid != 0)
+			(void) guard_set(i, guarded[i].pid, GM_NO_LIMIT);
+}
+
+/* qsort: smallest VmData first. */
+static int
+cmp_vmdata_asc(const void *a, const void *b)
+{
+	int64		x = ((const GmGuardCand *) a)->vmdata;
+	int64		y = ((const GmGuardCand *) b)->vmdata;
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * The memory guard, once per tick, with the limits just read.
+ *
+ * Engaged from GM_GUARD_ENGAGE of the limit until below GM_GUARD_RELEASE.
+ * The headroom is what the server may add before GM_GUARD_TARGET of the
+ * limit.  Every guarded process may add GM_GUARD_FLOOR to what it has
+ * mapped now (VmData), so small queries always run; processes that grew
+ * in the last tick (working) share the headroom, the smallest first: the
+ * smallest gets half of it, the next a quarter, and so on.  The largest
+ * and fastest-growing are thus the first to get "out of memory", which is
+ * what frees the most: one runaway query fails, the small ones go on.
+ * Limits are never set below what a process has mapped.  A limit that
+ * would change by less than GM_GUARD_SLACK is left, unless it must go
+ * down, or the process's soft limit is not the one wanted (its own
+ * max_backend_memory changed it meanwhile).
+ */
+static void
+guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
+{
+	GmMonitorState *st = gm_shmem_monitor();
+	int64		mono = gm_monotonic_usec();
+	bool		active = memory_guard && monitor_enabled &&
+		(l->source == GM_LIMIT_CGROUP_V1 || l->source == GM_LIMIT_CGROUP_V2) &&
+		l->limit > 0 && l->usage >= 0;
+	double		frac = active ? (double) l->usage / l->limit : 0;
+	int64		headroom = -1;
+	int			ncand = 0;
+	int			ngrowing = 0;
+	int			limited = 0;
+	int			lowered = 0;
+	int64		share;
+	char		b1[32],
+				b2[32],
+				b3[32];
+
+	if (active && !guard_engaged && frac >= GM_GUARD_ENGAGE)
+	{
+		guard_engaged = true;
+		ereport(LOG,
+				(errmsg("glibc_malloc memory guard: limiting backends' private memory: %s usage %s is %.0f%% of the %s limit",
+						limit_source_names[l->source], fmt_bytes(b1, sizeof(b1), l->usage), 100 * frac,
+						fmt_bytes(b2, sizeof(b2), l->limit)),
+				 errdetail_internal("The guard keeps the usage below %.0f%% of the limit, and lifts its limits below %.0f%%.",
+									100 * GM_GUARD_TARGET, 100 * GM_GUARD_RELEASE)));
+	}
+	else if (guard_engaged && (!active || frac < GM_GUARD_RELEASE))
+	{
+		guard_engaged = false;
+		guard_lift_all();
+		if (active)
+			ereport(LOG,
+					(errmsg("glibc_malloc memory guard: limits lifted: %s usage %s is %.0f%% of the %s limit",
+							limit_source_names[l->source], fmt_bytes(b1, sizeof(b1), l->usage), 100 * frac,
+							fmt_bytes(b2, sizeof(b2), l->limit))));
+	}
+
+	/*
+	 * The candidates, with their VmData now: also in the last tenth before
+	 * engaging, so that the first engaged tick knows who is growing.
+	 */
+	for (int i = 0; i < n && (guard_engaged || (active && frac >= GM_GUARD_ENGAGE - 0.1)); i++)
+	{
+		const GmSnapshot *s = &snaps[i];
+		GmGuarded  *g = &guarded[s->slot];
+		GmGuardCand *c;
+		int64		vm;
+
+		if (!s->guarded || s->pid == 0)
+			continue;
+		vm = gm_proc_status_bytes(s->pid, "VmData:");
+		if (vm < 0)
+			continue;
+		c = &cands[ncand++];
+		c->slot = s->slot;
+		c->pid = s->pid;
+		c->vmdata = vm;
+		c->growing = g->vmdata >= 0 && vm - g->vmdata >= GM_GUARD_GROWING;
+		if (c->growing)
+			ngrowing++;
+	}
+	/* Remember this tick's VmData by slot (a new process starts unknown). */
+	for (int i = 0; i < nslots; i++)
+		guarded[i].vmdata = -1;
+	for (int i = 0; i < ncand; i++)
+		guarded[cands[i].slot].vmdata = cands[i].vmdata;
+
+	if (guard_engaged)
+	{
+		headroom = Max((int64) (GM_GUARD_TARGET * l->limit) - l->usage, 0);
+		share = headroom;
+		qsort(cands, ncand, sizeof(GmGuardCand), cmp_vmdata_asc);
+		for (int i = 0; i < ncand; i++)
+		{
+			GmGuardCand *c = &cands[i];
+			GmGuarded  *g = &guarded[c->slot];
+			int64		want = c->vmdata + GM_GUARD_FLOOR;
+			int64		orig,
+						own,
+						cur,
+						soft,
+						hard;
+
+			if (c->growing)
+			{
+				share /= 2;
+				want += share;
+			}
+			if (g->pid == c->pid && g->limit != GM_NO_LIMIT &&
+				want <= g->limit && g->limit - want < GM_GUARD_SLACK &&
+				gm_shmem_limits(c->slot, c->pid, &orig, &own, &cur, NULL) &&
+				gm_data_limit(c->pid, &soft, &hard) && soft == Min(orig, Min(own, cur)))
+			{
+				limited++;
+				continue;		/* close enough, and in force */
+			}
+			if (g->pid != c->pid || g->limit == GM_NO_LIMIT || want < g->limit)
+				lowered++;
+			if (guard_set(c->slot, c->pid, want))
+				limited++;
+		}
+		if (lowered > 0)
+		{
+			st->changecount++;
+			pg_write_barrier();
+			st->guard_rounds++;
+			st->guard_lowered += lowered;
+			snprintf(st->guard_last_action, sizeof(st->guard_last_action),
+					 "lowered %d %s: headroom %s, %d working, usage %s of %s",
+					 lowered, lowered == 1 ? "limit" : "limits", fmt_bytes(b1, sizeof(b1), headroom),
+					 ngrowing, fmt_bytes(b2, sizeof(b2), l->usage), fmt_bytes(b3, sizeof(b3), l->limit));
+			st->guard_last_action_at = GetCurrentTimestamp();
+			pg_write_barrier();
+			st->changecount++;
+			guard_quiet_rounds++;
+			if (guard_last_log == 0 || mono - guard_last_log >= (int64) GM_MONITOR_LOG_MS * 1000)
+			{
+				ereport(LOG,
+						(errmsg("glibc_malloc memory guard: %s", st->guard_last_action),
+						 errdetail_internal("%d processes limited; %d tightening rounds since the last message.",
+											limited, guard_quiet_rounds)));
+				guard_last_log = mono;
+				guard_quiet_rounds = 0;
+			}
+		}
+	}
+
+	st->changecount++;
+	pg_write_barrier();
+	st->guard_enabled = memory_guard && monitor_enabled;
+	st->guard_engaged = guard_engaged;
+	st->guard_headroom = headroom;
+	st->guard_limited = guard_engaged ? limited : 0;
+	pg_write_barrier();
+	st->changecount++;
+}
+
 /* One look at the limits and the snapshots; act if needed. */
 static void
 monitor_tick(void)
@@ -786,6 +1024,7 @@ monitor_tick(void)
 		over_cap = false;
 	if (need > 0 && ask_backends(snaps, n, need, why, first) && cap_round)
 		over_cap = true;
+	guard_tick(&l, snaps, n);
 
 	st->changecount++;
 	pg_write_barrier();
@@ -815,9 +1054,12 @@ monitor_exit(int code, Datum arg)
 
 	if (st == NULL)
 		return;
+	if (guarded != NULL)
+		guard_lift_all();
 	st->changecount++;
 	pg_write_barrier();
 	st->pid = 0;
+	st->guard_engaged = false;
 	pg_write_barrier();
 	st->changecount++;
 }
@@ -837,6 +1079,10 @@ glibc_malloc_monitor_main(Datum arg)
 	snaps = MemoryContextAlloc(TopMemoryContext, sizeof(GmSnapshot) * nslots);
 	asked = MemoryContextAllocZero(TopMemoryContext, sizeof(GmAsked) * nslots);
 	live = MemoryContextAlloc(TopMemoryContext, sizeof(int) * nslots);
+	guarded = MemoryContextAllocZero(TopMemoryContext, sizeof(GmGuarded) * nslots);
+	cands = MemoryContextAlloc(TopMemoryContext, sizeof(GmGuardCand) * nslots);
+	for (int i = 0; i < nslots; i++)
+		guarded[i].vmdata = -1;
 	/* A restarted monitor goes on counting. */
 	returned_total = gm_shmem_monitor()->returned_bytes;
 
@@ -903,6 +1149,15 @@ gm_monitor_define_gucs(void)
 							 "Asks backends to return their free malloc memory when the server's memory runs short or glibc_malloc.max_total_free is exceeded.",
 							 "Needs shared_preload_libraries. The monitor reads the server's cgroup (v2 or v1), or the whole system's memory without one.",
 							 &monitor_enabled,
+							 true,
+							 PGC_SIGHUP,
+							 0,
+							 NULL, NULL, NULL);
+
+	DefineCustomBoolVariable("glibc_malloc.memory_guard",
+							 "Limits backends' private memory (RLIMIT_DATA) when the server's cgroup nears its memory limit, so that a query gets ERROR: out of memory instead of the OOM killer restarting the server.",
+							 "Needs glibc_malloc.memory_monitor and a cgroup memory limit. Covers client backends and parallel workers.",
+							 &memory_guard,
 							 true,
 							 PGC_SIGHUP,
 							 0,
@@ -1013,4 +1268,140 @@ glibc_malloc_monitor(PG_FUNCTION_ARGS)
 	nulls[j++] = c.checked_at == 0;
 	Assert(j == lengthof(values));
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}
+
+PG_FUNCTION_INFO_V1(glibc_malloc_guard);
+
+/* glibc_malloc_guard(): the memory guard's state, one row. */
+Datum
+glibc_malloc_guard(PG_FUNCTION_ARGS)
+{
+	GmMonitorState *st = gm_shmem_monitor();
+	GmMonitorState c;
+	TupleDesc	tupdesc;
+	Datum		values[13];
+	bool		nulls[13] = {0};
+	int64		cap_errors;
+	int64		guard_errors;
+	int			j = 0;
+
+	if (st == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("glibc_malloc must be loaded via shared_preload_libraries to run the memory guard")));
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	if (tupdesc->natts != lengthof(values))
+		elog(ERROR, "incorrect number of output arguments");
+
+	for (;;)
+	{
+		uint32		before = st->changecount;
+
+		pg_read_barrier();
+		memcpy(&c, st, sizeof(c));
+		pg_read_barrier();
+		if (before == st->changecount && (before & 1) == 0)
+			break;
+		CHECK_FOR_INTERRUPTS();
+	}
+	gm_shmem_oom_counts(&cap_errors, &guard_errors);
+
+	values[j] = BoolGetDatum(c.guard_enabled);
+	nulls[j++] = c.checked_at == 0;
+	values[j++] = BoolGetDatum(c.pid != 0 && c.guard_engaged);
+	values[j] = Int64GetDatum(c.limit_bytes);
+	nulls[j++] = c.limit_bytes < 0 || c.checked_at == 0;
+	values[j] = Int64GetDatum(c.usage_bytes);
+	nulls[j++] = c.usage_bytes < 0 || c.checked_at == 0;
+	values[j] = Int64GetDatum((int64) (GM_GUARD_TARGET * c.limit_bytes));
+	nulls[j++] = c.limit_bytes < 0 || c.checked_at == 0;
+	values[j] = Int64GetDatum(c.guard_headroom);
+	nulls[j++] = c.guard_headroom < 0 || !c.guard_engaged;
+	values[j++] = Int32GetDatum(c.guard_limited);
+	values[j++] = Int64GetDatum(c.guard_rounds);
+	values[j++] = Int64GetDatum(c.guard_lowered);
+	values[j++] = Int64GetDatum(guard_errors);
+	values[j++] = Int64GetDatum(cap_errors);
+	values[j] = CStringGetTextDatum(c.guard_last_action);
+	nulls[j++] = c.guard_last_action_at == 0;
+	values[j] = TimestampTzGetDatum(c.guard_last_action_at);
+	nulls[j++] = c.guard_last_action_at == 0;
+	Assert(j == lengthof(values));
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}
+
+/* One row of glibc_malloc_processes(). */
+static void
+process_row(ReturnSetInfo *rsinfo, int pid, const char *type, PGPROC *proc)
+{
+	Datum		values[8];
+	bool		nulls[8] = {0};
+	int64		vm = gm_proc_status_bytes(pid, "VmData:");
+	int64		rss = gm_proc_status_bytes(pid, "RssAnon:");
+	int64		soft;
+	int64		hard;
+	int64		orig = GM_NO_LIMIT;
+	int64		own = GM_NO_LIMIT;
+	int64		guard = GM_NO_LIMIT;
+	bool		covered = false;
+	int			j = 0;
+
+	if (proc != NULL &&
+		!gm_shmem_limits(GM_PROC_NUMBER(proc), pid, &orig, &own, &guard, &covered))
+		own = guard = GM_NO_LIMIT;
+	if (!gm_data_limit(pid, &soft, &hard))
+		soft = GM_NO_LIMIT;
+	values[j++] = Int32GetDatum(pid);
+	values[j++] = CStringGetTextDatum(type);
+	values[j++] = BoolGetDatum(covered);
+	values[j] = Int64GetDatum(vm);
+	nulls[j++] = vm < 0;
+	values[j] = Int64GetDatum(rss);
+	nulls[j++] = rss < 0;
+	values[j] = Int64GetDatum(soft);
+	nulls[j++] = soft == GM_NO_LIMIT;
+	values[j] = Int64GetDatum(own);
+	nulls[j++] = own == GM_NO_LIMIT;
+	values[j] = Int64GetDatum(guard);
+	nulls[j++] = guard == GM_NO_LIMIT;
+	tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+}
+
+PG_FUNCTION_INFO_V1(glibc_malloc_processes);
+
+/*
+ * glibc_malloc_processes(): every process of the server, the postmaster
+ * and the auxiliary processes too, with what /proc shows from outside
+ * (VmData, RssAnon: NULL when it cannot be read) and the soft RLIMIT_DATA
+ * in force, with the module's two limits.
+ */
+Datum
+glibc_malloc_processes(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	int			nbackends;
+
+	gm_init_srf(fcinfo);
+	if (rsinfo->setDesc->natts != 8)
+		elog(ERROR, "incorrect number of output arguments");
+	process_row(rsinfo, PostmasterPid, "postmaster", NULL);
+	nbackends = pgstat_fetch_stat_numbackends();
+	for (int i = 1; i <= nbackends; i++)
+	{
+		LocalPgBackendStatus *local = gm_local_beentry(i);
+		const char *type;
+		int			pid;
+
+		if (local == NULL || (pid = local->backendStatus.st_procpid) == 0)
+			continue;
+		/* As pg_stat_activity names them: a background worker by its type. */
+		if (local->backendStatus.st_backendType == B_BG_WORKER &&
+			(type = GetBackgroundWorkerTypeByPid(pid)) != NULL)
+			;
+		else
+			type = GetBackendTypeDesc(local->backendStatus.st_backendType);
+		process_row(rsinfo, pid, type, BackendPidGetProc(pid));
+	}
+	return (Datum) 0;
 }

@@ -30,6 +30,7 @@
 
 #include <limits.h>
 
+#include "access/parallel.h"
 #include "miscadmin.h"
 #include "utils/guc.h"
 #include "utils/timestamp.h"
@@ -148,6 +149,21 @@ int
 gm_current_preset(void)
 {
 	return cur_preset;
+}
+
+/*
+ * Whether the memory limits (max_backend_memory, the memory guard) cover
+ * this process: client backends and parallel workers under the postmaster.
+ * Not autovacuum: a vacuum that keeps failing for lack of memory would
+ * leave its table unvacuumed, up to wraparound; nor walsenders, auxiliary
+ * processes, other background workers or single-user mode.
+ */
+bool
+gm_guarded_process(void)
+{
+	if (!IsUnderPostmaster)
+		return false;
+	return MyBackendType == B_BACKEND || IsParallelWorker();
 }
 
 /* A preset's name. */

@@ -68,11 +68,24 @@ typedef struct GmSlot
 	uint32		changecount;	/* odd while the owner writes */
 	GmSnapshot	snap;
 	pg_atomic_uint32 requests;	/* GM_REQ_* from other processes */
+
+	/*
+	 * Soft RLIMIT_DATA values, bytes (GM_NO_LIMIT: none): the one the
+	 * process started with, its own glibc_malloc.max_backend_memory, and
+	 * the memory guard's.  The owner writes the first two, the monitor the
+	 * third; whoever changes one sets the lowest of the three.
+	 */
+	pg_atomic_uint64 orig_limit;
+	pg_atomic_uint64 own_limit;
+	pg_atomic_uint64 guard_limit;
 } GmSlot;
 
 typedef struct GmShared
 {
 	GmMonitorState monitor;		/* the memory monitor's (monitor.c) */
+	pg_atomic_uint64 oom_errors[2];	/* out-of-memory errors under our
+										 * limits: [0] max_backend_memory,
+										 * [1] the memory guard's */
 	int			nslots;
 	GmSlot		slots[FLEXIBLE_ARRAY_MEMBER];
 } GmShared;
@@ -130,7 +143,14 @@ gm_shmem_startup(void)
 		memset(shared, 0, shared_size());
 		shared->nslots = slot_count();
 		for (int i = 0; i < shared->nslots; i++)
+		{
 			pg_atomic_init_u32(&shared->slots[i].requests, 0);
+			pg_atomic_init_u64(&shared->slots[i].orig_limit, GM_NO_LIMIT);
+			pg_atomic_init_u64(&shared->slots[i].own_limit, GM_NO_LIMIT);
+			pg_atomic_init_u64(&shared->slots[i].guard_limit, GM_NO_LIMIT);
+		}
+		pg_atomic_init_u64(&shared->oom_errors[0], 0);
+		pg_atomic_init_u64(&shared->oom_errors[1], 0);
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -189,6 +209,8 @@ release_slot(int code, Datum arg)
 	pg_write_barrier();
 	slot->changecount++;
 	pg_atomic_write_u32(&slot->requests, 0);
+	pg_atomic_write_u64(&slot->own_limit, GM_NO_LIMIT);
+	pg_atomic_write_u64(&slot->guard_limit, GM_NO_LIMIT);
 	my_slot = NULL;
 }
 
@@ -216,6 +238,15 @@ claim_slot(void)
 		return NULL;
 	slot = &shared->slots[n];
 	pg_atomic_write_u32(&slot->requests, 0);
+	{
+		int64		soft;
+		int64		hard;
+
+		pg_atomic_write_u64(&slot->orig_limit,
+							gm_data_limit(0, &soft, &hard) ? soft : GM_NO_LIMIT);
+		pg_atomic_write_u64(&slot->own_limit, GM_NO_LIMIT);
+		pg_atomic_write_u64(&slot->guard_limit, GM_NO_LIMIT);
+	}
 	slot->changecount++;
 	pg_write_barrier();
 	memset(&slot->snap, 0, sizeof(slot->snap));
@@ -223,6 +254,7 @@ claim_slot(void)
 	slot->snap.roleid = MyProc->roleId;
 	slot->snap.backend_type = MyBackendType;
 	slot->snap.signalable = gm_idle_enabled();
+	slot->snap.guarded = gm_guarded_process();
 	slot->snap.taken_at = 0;
 	pg_write_barrier();
 	slot->changecount++;
@@ -590,8 +622,10 @@ gm_shmem_slot_count(void)
 }
 
 /*
- * Every published snapshot, with no privilege check and without claiming
- * a slot: for the memory monitor, which has no role and no transaction.
+ * Every published snapshot, and the slots that guarded processes claimed
+ * before publishing (for the memory guard), with no privilege check and
+ * without claiming a slot: for the memory monitor, which has no role and
+ * no transaction.
  * snaps has room for gm_shmem_slot_count(); returns how many were copied.
  */
 int
@@ -602,7 +636,7 @@ gm_shmem_all_snapshots(GmSnapshot *snaps)
 	if (shared == NULL)
 		return 0;
 	for (int i = 0; i < shared->nslots; i++)
-		if (read_slot(&shared->slots[i], &snaps[n]) && snaps[n].taken_at != 0)
+		if (read_slot(&shared->slots[i], &snaps[n]) && (snaps[n].taken_at != 0 || snaps[n].guarded))
 			n++;
 	return n;
 }
@@ -643,6 +677,97 @@ gm_shmem_trim_pending(const GmSnapshot *s)
 		return false;
 	slot = &shared->slots[s->slot];
 	return slot->snap.pid == s->pid && (pg_atomic_read_u32(&slot->requests) & GM_REQ_TRIM) != 0;
+}
+
+/* Claim this process's slot now (a parallel worker, at its first statement). */
+void
+gm_shmem_claim(void)
+{
+	(void) claim_slot();
+}
+
+/*
+ * Publish this process's own soft RLIMIT_DATA (max_backend_memory;
+ * GM_NO_LIMIT: none) and return the memory guard's for it (GM_NO_LIMIT:
+ * none, or no shared memory); *orig gets the soft limit the process had
+ * when it claimed its slot, before anybody changed it (left alone
+ * without a slot).
+ */
+int64
+gm_shmem_own_limit(int64 own, int64 *orig)
+{
+	GmSlot	   *slot = claim_slot();
+
+	if (slot == NULL)
+		return GM_NO_LIMIT;
+	*orig = (int64) pg_atomic_read_u64(&slot->orig_limit);
+	pg_atomic_write_u64(&slot->own_limit, own);
+	pg_atomic_fetch_add_u32(&slot->requests, 0);	/* a full barrier */
+	return (int64) pg_atomic_read_u64(&slot->guard_limit);
+}
+
+/* The memory guard's soft RLIMIT_DATA for this process; GM_NO_LIMIT: none. */
+int64
+gm_shmem_my_guard_limit(void)
+{
+	if (shared == NULL || my_slot == NULL || my_slot_pid != MyProcPid)
+		return GM_NO_LIMIT;
+	return (int64) pg_atomic_read_u64(&my_slot->guard_limit);
+}
+
+/*
+ * The limits of the process in slot slotno, if it is still pid's: the soft
+ * limit it started with, its own, and the guard's (GM_NO_LIMIT: none); and
+ * into *guarded (if not NULL) whether the limits cover it.
+ */
+bool
+gm_shmem_limits(int slotno, int pid, int64 *orig, int64 *own, int64 *guard, bool *guarded)
+{
+	GmSlot	   *slot;
+
+	if (shared == NULL || slotno < 0 || slotno >= shared->nslots)
+		return false;
+	slot = &shared->slots[slotno];
+	*orig = (int64) pg_atomic_read_u64(&slot->orig_limit);
+	*own = (int64) pg_atomic_read_u64(&slot->own_limit);
+	*guard = (int64) pg_atomic_read_u64(&slot->guard_limit);
+	if (guarded)
+		*guarded = slot->snap.pid == pid && slot->snap.guarded;
+	return slot->snap.pid == pid;
+}
+
+/*
+ * The monitor: set the guard's limit for the process in slot slotno, and
+ * return the soft limit it should now have (the lowest of the three).
+ */
+int64
+gm_shmem_set_guard_limit(int slotno, int64 limit)
+{
+	GmSlot	   *slot = &shared->slots[slotno];
+	int64		orig;
+	int64		own;
+
+	pg_atomic_write_u64(&slot->guard_limit, limit);
+	pg_atomic_fetch_add_u32(&slot->requests, 0);	/* a full barrier */
+	orig = (int64) pg_atomic_read_u64(&slot->orig_limit);
+	own = (int64) pg_atomic_read_u64(&slot->own_limit);
+	return Min(orig, Min(own, limit));
+}
+
+/* Count an out-of-memory error under the module's limits (guard: the guard's). */
+void
+gm_shmem_count_oom(bool guard)
+{
+	if (shared != NULL)
+		pg_atomic_fetch_add_u64(&shared->oom_errors[guard ? 1 : 0], 1);
+}
+
+/* The out-of-memory errors counted: under max_backend_memory, under the guard. */
+void
+gm_shmem_oom_counts(int64 *cap, int64 *guard)
+{
+	*cap = shared ? (int64) pg_atomic_read_u64(&shared->oom_errors[0]) : 0;
+	*guard = shared ? (int64) pg_atomic_read_u64(&shared->oom_errors[1]) : 0;
 }
 
 /*

@@ -105,3 +105,13 @@ COMMIT;
 SHOW glibc_malloc.preset;
 RESET ALL;
 SHOW glibc_malloc.preset;
+
+-- max_backend_memory: -1 (no cap) or at least 1MB; a refused value
+-- changes nothing.
+SET glibc_malloc.max_backend_memory = '64MB';
+SET glibc_malloc.max_backend_memory = 0;
+SET glibc_malloc.max_backend_memory = '512kB';
+SET glibc_malloc.max_backend_memory = '-2';
+SHOW glibc_malloc.max_backend_memory;
+RESET glibc_malloc.max_backend_memory;
+SHOW glibc_malloc.max_backend_memory;

@@ -67,3 +67,11 @@ CREATE EXTENSION glibc_malloc VERSION '1.3';
 SELECT count(*) FROM pg_class WHERE relname = 'glibc_malloc_monitor';
 ALTER EXTENSION glibc_malloc UPDATE TO '1.4';
 SELECT enabled, source IS NOT NULL AS reads, fraction FROM glibc_malloc_monitor;
+
+-- 1.4 to 1.5: the memory guard's views.
+DROP EXTENSION glibc_malloc;
+CREATE EXTENSION glibc_malloc VERSION '1.4';
+SELECT count(*) FROM pg_class WHERE relname IN ('glibc_malloc_guard', 'glibc_malloc_processes');
+ALTER EXTENSION glibc_malloc UPDATE TO '1.5';
+SELECT enabled IS NOT NULL AS reads, guard_errors >= 0 AS counts FROM glibc_malloc_guard;
+SELECT backend_type, vmdata_bytes > 0 AS vmdata FROM glibc_malloc_processes WHERE pid = pg_backend_pid();

@@ -1,0 +1,211 @@
+/*-------------------------------------------------------------------------
+ *
+ * guard.c
+ *		glibc_malloc.max_backend_memory: a cap on one backend's private
+ *		memory, through its soft RLIMIT_DATA; and the HINT an "out of
+ *		memory" error gets when the module's limits are in force.
+ *
+ * RLIMIT_DATA (Linux 4.7 and later) counts a process's private writable
+ * mappings: the brk heap, private anonymous mmaps (glibc's large chunks and
+ * extra arenas), and the data of the libraries it loaded.  It does not
+ * count shared memory: shared_buffers and dynamic shared memory are
+ * outside it.  When a mapping would pass the soft limit, glibc's malloc
+ * returns NULL and PostgreSQL raises "ERROR: out of memory", with its
+ * DETAIL naming the request and the memory context; the session goes on.
+ *
+ * The cap is counted from what the process had mapped when the cap was
+ * first applied in it (VmData then: the heap inherited from the
+ * postmaster, the libraries' data), so that it means memory the backend
+ * adds.  The limit is applied in normal context: at the first transaction
+ * end (after the login, which runs without it), at a statement start, and
+ * at each transaction end after the setting changed (SET, reload, GUC
+ * rollback).  Only the soft limit changes; the hard limit stays, so the
+ * limit can always be raised again, and RESET restores the soft limit the
+ * process started with.
+ *
+ * The memory monitor (monitor.c, glibc_malloc.memory_guard) sets a second
+ * limit from outside, with prlimit(2); the lower of the two, and of the
+ * original, is in force.  Both sides publish theirs in the process's slot
+ * (shmem.c) and set the lowest; the monitor checks it every tick.
+ *
+ * Which processes: gm_guarded_process() (settings.c).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <limits.h>
+
+#include "access/parallel.h"
+#include "miscadmin.h"
+#include "utils/elog.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+
+#include "glibc_malloc.h"
+
+/* GUC glibc_malloc.max_backend_memory, kB; -1 = off. */
+static int	max_backend_memory = -1;
+
+/* The cap in bytes (assign hook's copy); -1 = off. */
+static int64 cur_cap = -1;
+
+/* The setting changed since it was last applied (true at start: check once). */
+static bool limit_dirty = true;
+
+/* What this process had mapped when a cap was first applied; -1 = not yet. */
+static int64 base_vmdata = -1;
+
+/* The soft limit the process started with; -1 = not read yet. */
+static int64 orig_soft = -1;
+
+/* The cap's limit in force (absolute soft RLIMIT_DATA); GM_NO_LIMIT = none. */
+static int64 own_limit = GM_NO_LIMIT;
+
+/* Bytes as "N MB" (or kB below 10 MB). */
+static void
+fmt_size(char *buf, size_t size, int64 bytes)
+{
+	if (bytes >= (int64) 10 * 1024 * 1024)
+		snprintf(buf, size, INT64_FORMAT " MB", bytes / (1024 * 1024));
+	else
+		snprintf(buf, size, INT64_FORMAT " kB", bytes / 1024);
+}
+
+/*
+ * Apply max_backend_memory if it changed: normal context (statement start,
+ * transaction end).  Costs a flag test when nothing changed.
+ */
+void
+gm_guard_apply(void)
+{
+	int64		guard;
+	int64		hard;
+	int64		want;
+
+	if (!limit_dirty)
+		return;
+	limit_dirty = false;
+	if (!gm_guarded_process())
+		return;
+	/* Never capped and not asked to: leave the process alone. */
+	if (cur_cap < 0 && own_limit == GM_NO_LIMIT)
+		return;
+	if (orig_soft < 0 && !gm_data_limit(0, &orig_soft, &hard))
+		orig_soft = GM_NO_LIMIT;
+	if (cur_cap >= 0)
+	{
+		if (base_vmdata < 0)
+			base_vmdata = Max(gm_proc_status_bytes(0, "VmData:"), 0);
+		own_limit = base_vmdata + cur_cap;
+	}
+	else
+		own_limit = GM_NO_LIMIT;
+	guard = gm_shmem_own_limit(own_limit, &orig_soft);
+	want = Min(orig_soft, Min(own_limit, guard));
+	(void) gm_set_data_limit(0, want);
+}
+
+/* A parallel worker takes its slot at its first statement, for the guard. */
+void
+gm_guard_statement_start(void)
+{
+	if (IsParallelWorker())
+		gm_shmem_claim();
+	gm_guard_apply();
+}
+
+/*
+ * emit_log_hook's part: an "out of memory" error (PostgreSQL's own, from a
+ * failed malloc) in a process under the module's limits gets a HINT naming
+ * the limit and how to change it, and is counted.  Allocates only with
+ * MCXT_ALLOC_NO_OOM in ErrorContext, which keeps a block for this.
+ */
+void
+gm_guard_error_hint(ErrorData *edata)
+{
+	int64		guard;
+	int64		soft;
+	int64		hard;
+	int64		vm;
+	bool		by_guard;
+	char		lim[32];
+	char		used[32];
+	char		extra[32];
+	char		buf[512];
+	char	   *hint;
+
+	if (edata->elevel < ERROR || edata->sqlerrcode != ERRCODE_OUT_OF_MEMORY ||
+		edata->hint != NULL || edata->message_id == NULL ||
+		strcmp(edata->message_id, "out of memory") != 0 || !gm_guarded_process())
+		return;
+	guard = gm_shmem_my_guard_limit();
+	if (own_limit == GM_NO_LIMIT && guard == GM_NO_LIMIT)
+		return;
+	/* Ours only if the soft limit in force is one of ours. */
+	if (!gm_data_limit(0, &soft, &hard) || (soft != own_limit && soft != guard))
+		return;
+	by_guard = soft == guard && guard < own_limit;
+	vm = gm_proc_status_bytes(0, "VmData:");
+	fmt_size(lim, sizeof(lim), soft);
+	fmt_size(used, sizeof(used), Max(vm, 0));
+	if (by_guard)
+		snprintf(buf, sizeof(buf),
+				 "The server is close to its memory limit: glibc_malloc.memory_guard allowed this backend %s of private memory (%s mapped) so that the kernel's OOM killer does not restart the server. Retry when fewer large queries run, lower work_mem, or raise the container's memory limit.",
+				 lim, used);
+	else
+	{
+		fmt_size(extra, sizeof(extra), cur_cap >= 0 ? cur_cap : soft - Max(base_vmdata, 0));
+		snprintf(buf, sizeof(buf),
+				 "glibc_malloc.max_backend_memory allows this backend %s of private memory beyond what it had when the limit was applied (%s in all, %s mapped). Raise the setting, or lower work_mem.",
+				 extra, lim, used);
+	}
+	hint = MemoryContextAllocExtended(ErrorContext, strlen(buf) + 1, MCXT_ALLOC_NO_OOM);
+	if (hint != NULL)
+	{
+		strcpy(hint, buf);
+		edata->hint = hint;
+	}
+	gm_shmem_count_oom(by_guard);
+}
+
+/* Check hook for glibc_malloc.max_backend_memory: -1, or at least 1 MB. */
+static bool
+check_max_backend_memory(int *newval, void **extra, GucSource source)
+{
+	if (*newval != -1 && *newval < 1024)
+	{
+		GUC_check_errdetail("glibc_malloc.max_backend_memory must be -1 (no cap) or at least 1MB.");
+		return false;
+	}
+	return true;
+}
+
+/* Assign hook: note the new cap; gm_guard_apply applies it. */
+static void
+assign_max_backend_memory(int newval, void *extra)
+{
+	int64		cap = newval < 0 ? -1 : (int64) newval * 1024;
+
+	if (cap != cur_cap)
+		limit_dirty = true;
+	cur_cap = cap;
+}
+
+/* Define glibc_malloc.max_backend_memory; from _PG_init, preloaded or not. */
+void
+gm_guard_define_gucs(void)
+{
+	/*
+	 * SUSET: a cap per role or database (ALTER ROLE ... SET) that the role
+	 * itself must not lift; reload reaches running backends.
+	 */
+	DefineCustomIntVariable("glibc_malloc.max_backend_memory",
+							"Caps the private memory one backend may add, through its soft RLIMIT_DATA (-1: no cap).",
+							"Past it a query gets ERROR: out of memory and the session goes on. Counted from what the backend had mapped when the cap was applied; covers client backends and parallel workers.",
+							&max_backend_memory,
+							-1, -1, INT_MAX,
+							PGC_SUSET,
+							GUC_UNIT_KB,
+							check_max_backend_memory, assign_max_backend_memory, NULL);
+}
