@@ -197,6 +197,7 @@ typedef struct GmGuardCand
 	int			slot;
 	int			pid;
 	int64		vmdata;
+	int64		rss;			/* RssAnon */
 	bool		growing;
 } GmGuardCand;
 
@@ -786,13 +787,17 @@ cmp_vmdata_asc(const void *a, const void *b)
  *
  * Engaged from GM_GUARD_ENGAGE of the limit until below GM_GUARD_RELEASE.
  * The headroom is what the server may add before GM_GUARD_TARGET of the
- * limit.  Every guarded process may add GM_GUARD_FLOOR to what it has
- * mapped now (VmData), so small queries always run; processes that grew
- * in the last tick (working) share the headroom, the smallest first: the
- * smallest gets half of it, the next a quarter, and so on.  The largest
- * and fastest-growing are thus the first to get "out of memory", which is
- * what frees the most: one runaway query fails, the small ones go on.
- * Limits are never set below what a process has mapped.  A limit that
+ * limit.  What the guarded processes have mapped but not resident (VmData
+ * minus RssAnon: heap a trim returned, chunks not touched yet) can become
+ * resident without a new mapping, so no limit stops it: it comes off the
+ * headroom first, and the rest is the budget for new mappings.  Processes
+ * that grew in the last tick (working) share the budget, the smallest
+ * first: the smallest may map half of it more, the next a quarter, and so
+ * on.  The largest and fastest-growing are thus the first to get "out of
+ * memory", which is what frees the most: one runaway query fails, the
+ * small ones go on.  The others (idle, or running small queries) may map
+ * GM_GUARD_FLOOR more, so that small queries always run.  Limits are never
+ * set below what a process has mapped.  A limit that
  * would change by less than GM_GUARD_SLACK is left, unless it must go
  * down, or the process's soft limit is not the one wanted (its own
  * max_backend_memory changed it meanwhile).
@@ -811,7 +816,6 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 	int			ngrowing = 0;
 	int			limited = 0;
 	int			lowered = 0;
-	int64		share;
 	char		b1[32],
 				b2[32],
 				b3[32];
@@ -857,6 +861,7 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 		c->slot = s->slot;
 		c->pid = s->pid;
 		c->vmdata = vm;
+		c->rss = Max(gm_proc_status_bytes(s->pid, "RssAnon:"), 0);
 		c->growing = g->vmdata >= 0 && vm - g->vmdata >= GM_GUARD_GROWING;
 		if (c->growing)
 			ngrowing++;
@@ -869,14 +874,24 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 
 	if (guard_engaged)
 	{
+		int64		budget;
+
+		/*
+		 * What is mapped but not resident (heap a trim gave back, a chunk
+		 * not touched yet) becomes resident without a new mapping, which no
+		 * limit stops: it comes off the headroom first.
+		 */
 		headroom = Max((int64) (GM_GUARD_TARGET * l->limit) - l->usage, 0);
-		share = headroom;
+		budget = headroom;
+		for (int i = 0; i < ncand; i++)
+			budget -= Max(cands[i].vmdata - cands[i].rss, 0);
+		budget = Max(budget, 0);
 		qsort(cands, ncand, sizeof(GmGuardCand), cmp_vmdata_asc);
 		for (int i = 0; i < ncand; i++)
 		{
 			GmGuardCand *c = &cands[i];
 			GmGuarded  *g = &guarded[c->slot];
-			int64		want = c->vmdata + GM_GUARD_FLOOR;
+			int64		want = c->vmdata;
 			int64		orig,
 						own,
 						cur,
@@ -885,9 +900,11 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 
 			if (c->growing)
 			{
-				share /= 2;
-				want += share;
+				budget /= 2;
+				want += budget;
 			}
+			else
+				want += GM_GUARD_FLOOR;
 			if (g->pid == c->pid && g->limit != GM_NO_LIMIT &&
 				want <= g->limit && g->limit - want < GM_GUARD_SLACK &&
 				gm_shmem_limits(c->slot, c->pid, &orig, &own, &cur, NULL) &&
