@@ -54,6 +54,7 @@
  */
 #include "postgres.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -64,6 +65,7 @@
 #include "postmaster/bgworker.h"
 #include "port/atomics.h"
 #include "postmaster/interrupt.h"
+#include "storage/fd.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
@@ -1387,38 +1389,101 @@ process_row(ReturnSetInfo *rsinfo, int pid, const char *type, PGPROC *proc)
 
 PG_FUNCTION_INFO_V1(glibc_malloc_processes);
 
+/* pid's parent from /proc/PID/stat, or -1. */
+static int
+parent_pid(int pid)
+{
+	char		path[64];
+	char		buf[512];
+	char	   *p;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	if (!read_text(path, buf, sizeof(buf)) || (p = strrchr(buf, ')')) == NULL)
+		return -1;
+	/* "pid (comm) state ppid ..." */
+	return sscanf(p + 1, " %*c %d", &pid) == 1 ? pid : -1;
+}
+
 /*
- * glibc_malloc_processes(): every process of the server, the postmaster
- * and the auxiliary processes too, with what /proc shows from outside
- * (VmData, RssAnon: NULL when it cannot be read) and the soft RLIMIT_DATA
- * in force, with the module's two limits.
+ * A process's title without "postgres: " and the cluster name (a process
+ * pg_stat_activity does not list: the memory monitor, the logger), or NULL.
+ */
+static char *
+process_title(int pid)
+{
+	char		path[64];
+	char		buf[256];
+	char	   *t = buf;
+	char	   *colon;
+
+	snprintf(path, sizeof(path), "/proc/%d/cmdline", pid);
+	if (!read_text(path, buf, sizeof(buf)))
+		return NULL;
+	if (strncmp(t, "postgres: ", 10) == 0)
+		t += 10;
+	if (cluster_name && cluster_name[0] != '\0' && strncmp(t, cluster_name, strlen(cluster_name)) == 0 &&
+		(colon = t + strlen(cluster_name))[0] == ':')
+		t = colon + 2;
+	/* The fixed part of the title ends in a space before the activity. */
+	for (char *end = t + strlen(t); end > t && end[-1] == ' '; end--)
+		end[-1] = '\0';
+	return pstrdup(t);
+}
+
+/*
+ * glibc_malloc_processes(): every process of the server (the postmaster's
+ * children, from /proc: the auxiliary processes, background workers and
+ * the memory monitor too), named as pg_stat_activity names them, with what
+ * /proc shows from outside (VmData, RssAnon: NULL when it cannot be read)
+ * and the soft RLIMIT_DATA in force, with the module's two limits.
  */
 Datum
 glibc_malloc_processes(PG_FUNCTION_ARGS)
 {
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	int			nbackends;
+	int		   *pids;
+	const char **types;
+	DIR		   *dir;
+	struct dirent *de;
 
 	gm_init_srf(fcinfo);
 	if (rsinfo->setDesc->natts != 8)
 		elog(ERROR, "incorrect number of output arguments");
-	process_row(rsinfo, PostmasterPid, "postmaster", NULL);
+
+	/* pg_stat_activity's names, by pid. */
 	nbackends = pgstat_fetch_stat_numbackends();
+	pids = palloc0(sizeof(int) * Max(nbackends, 1));
+	types = palloc0(sizeof(char *) * Max(nbackends, 1));
 	for (int i = 1; i <= nbackends; i++)
 	{
 		LocalPgBackendStatus *local = gm_local_beentry(i);
-		const char *type;
-		int			pid;
 
-		if (local == NULL || (pid = local->backendStatus.st_procpid) == 0)
+		if (local == NULL || (pids[i - 1] = local->backendStatus.st_procpid) == 0)
 			continue;
-		/* As pg_stat_activity names them: a background worker by its type. */
-		if (local->backendStatus.st_backendType == B_BG_WORKER &&
-			(type = GetBackgroundWorkerTypeByPid(pid)) != NULL)
-			;
-		else
-			type = GetBackendTypeDesc(local->backendStatus.st_backendType);
+		/* A background worker by its type, as pg_stat_activity does. */
+		if (local->backendStatus.st_backendType != B_BG_WORKER ||
+			(types[i - 1] = GetBackgroundWorkerTypeByPid(pids[i - 1])) == NULL)
+			types[i - 1] = GetBackendTypeDesc(local->backendStatus.st_backendType);
+	}
+
+	process_row(rsinfo, PostmasterPid, "postmaster", NULL);
+	if ((dir = AllocateDir("/proc")) == NULL)
+		return (Datum) 0;
+	while ((de = ReadDirExtended(dir, "/proc", LOG)) != NULL)
+	{
+		int			pid = atoi(de->d_name);
+		const char *type = NULL;
+
+		if (pid <= 0 || parent_pid(pid) != PostmasterPid)
+			continue;
+		for (int i = 0; i < nbackends && type == NULL; i++)
+			if (pids[i] == pid)
+				type = types[i];
+		if (type == NULL && (type = process_title(pid)) == NULL)
+			continue;			/* gone */
 		process_row(rsinfo, pid, type, BackendPidGetProc(pid));
 	}
+	FreeDir(dir);
 	return (Datum) 0;
 }

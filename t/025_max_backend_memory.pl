@@ -1,0 +1,132 @@
+# glibc_malloc.max_backend_memory: a cap on one backend's private memory
+# through its soft RLIMIT_DATA, read back from /proc/PID/limits.  Past it a
+# query gets "ERROR: out of memory" with PostgreSQL's DETAIL and our HINT,
+# and the session runs its next query.  SET, ALTER ROLE and a reload reach
+# it; RESET restores the limit the backend started with; processes it does
+# not cover keep theirs.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use GlibcMallocTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $MB = 2**20;
+my $node = new_node('cap', "log_min_messages = warning\n");
+my $big = "SET work_mem = '1GB'; SELECT count(*) FROM (SELECT md5(i::text) FROM generate_series(1, 1000000) i ORDER BY 1) s";
+my $small = "SET work_mem = '4MB'; SELECT count(*) FROM (SELECT md5(i::text) FROM generate_series(1, 20000) i ORDER BY 1) s";
+
+# The soft and hard RLIMIT_DATA of a process ('unlimited' or bytes).
+sub data_limit
+{
+	my ($pid) = @_;
+	my ($line) = grep { /^Max data size/ } split /\n/, slurp_file("/proc/$pid/limits");
+	my @f = split ' ', $line;
+	return ($f[3], $f[4]);
+}
+
+# Run $sql in session $s; its stderr (the ERROR, DETAIL and HINT).
+sub run_err
+{
+	my ($s, $sql) = @_;
+	$s->{stderr} = '';
+	$s->query($sql);
+	my $err = $s->{stderr};
+	$s->{stderr} = '';		# the next query_safe must not see it
+	return $err;
+}
+
+sub vmdata { (slurp_file("/proc/$_[0]/status") =~ /^VmData:\s+(\d+) kB/m)[0] * 1024 }
+
+# 1. SET in a session.
+my $s = $node->background_psql('postgres', on_error_stop => 0);
+my $pid = $s->query_safe('SELECT pg_backend_pid()');
+my ($soft0, $hard0) = data_limit($pid);
+is($soft0, 'unlimited', 'a backend starts without a data limit');
+my $before = vmdata($pid);
+$s->query_safe("SET glibc_malloc.max_backend_memory = '64MB'");
+my ($soft, $hard) = data_limit($pid);
+cmp_ok($soft, '>=', $before + 64 * $MB, 'SET: the soft limit is the cap above what the backend had mapped');
+cmp_ok($soft, '<=', vmdata($pid) + 64 * $MB, 'and no more');
+is($hard, $hard0, 'the hard limit is left alone');
+
+my $err = run_err($s, $big);
+like($err, qr/ERROR:  out of memory/, 'a sort past the cap gets ERROR: out of memory');
+like($err, qr/DETAIL:  Failed on request of size \d+ in memory context/, "PostgreSQL's DETAIL stays");
+like($err, qr/HINT:  glibc_malloc\.max_backend_memory allows this backend 64 MB of private memory beyond/,
+	'our HINT names the setting and the cap');
+is($s->query_safe($small), 20000, 'the session runs its next query');
+cmp_ok((data_limit($pid))[0], '==', $soft, 'under the same limit');
+
+# Bad values are refused with a clear error and change nothing.
+$err = run_err($s, "SET glibc_malloc.max_backend_memory = '512kB'");
+like($err, qr/must be -1 \(no cap\) or at least 1MB/, 'a cap below 1MB is refused, and says why');
+is($s->query_safe('SHOW glibc_malloc.max_backend_memory'), '64MB', 'the setting is unchanged');
+is((data_limit($pid))[0], $soft, 'and so is the limit');
+
+# RESET restores the limit the backend started with.
+$s->query_safe('RESET glibc_malloc.max_backend_memory');
+is((data_limit($pid))[0], 'unlimited', 'RESET restores the original soft limit');
+is($s->query_safe($big), 1000000, 'and the big sort runs');
+
+# A transaction's SET LOCAL ends with it.
+$s->query_safe("BEGIN; SET LOCAL glibc_malloc.max_backend_memory = '64MB'; SELECT 1");
+isnt((data_limit($pid))[0], 'unlimited', 'SET LOCAL applies at the next statement');
+$s->query_safe('COMMIT; SELECT 1');
+is((data_limit($pid))[0], 'unlimited', 'and is gone after the transaction');
+$s->quit;
+
+# 2. Per role: applied from the login on; the role cannot lift it.
+$node->safe_psql('postgres', q{
+	CREATE ROLE capped LOGIN;
+	ALTER ROLE capped SET glibc_malloc.max_backend_memory = '64MB';
+	GRANT pg_read_all_stats TO capped;
+});
+$s = $node->background_psql('postgres', on_error_stop => 0, extra_params => [ '-U', 'capped' ]);
+$pid = $s->query_safe('SELECT pg_backend_pid()');
+isnt((data_limit($pid))[0], 'unlimited', 'ALTER ROLE: the limit is in force from the first statement');
+$err = run_err($s, $big);
+like($err, qr/ERROR:  out of memory.*HINT:  glibc_malloc\.max_backend_memory/s, "the role's big sort gets the ERROR and the HINT");
+is($s->query_safe($small), 20000, 'and its next query runs');
+$err = run_err($s, 'SET glibc_malloc.max_backend_memory = -1');
+like($err, qr/permission denied to set parameter "glibc_malloc\.max_backend_memory"/, 'the role cannot lift its cap');
+is($s->query_safe("SELECT max_backend_memory_limit_bytes = data_limit_bytes FROM glibc_malloc_processes WHERE pid = pg_backend_pid()"),
+	't', 'glibc_malloc_processes shows the limit');
+$s->quit;
+
+# 3. A reload reaches running backends: lowers, raises, resets.
+$s = $node->background_psql('postgres', on_error_stop => 0);
+$pid = $s->query_safe('SELECT pg_backend_pid()');
+my $base = vmdata($pid);
+$node->safe_psql('postgres', "ALTER SYSTEM SET glibc_malloc.max_backend_memory = '80MB'; SELECT pg_reload_conf()");
+sleep 1;
+$s->query_safe('SELECT 1');
+my $low = (data_limit($pid))[0];
+cmp_ok($low, '>=', $base + 80 * $MB, 'reload: a running backend gets the cap');
+cmp_ok($low, '<', $base + 100 * $MB, 'of 80MB');
+$node->safe_psql('postgres', "ALTER SYSTEM SET glibc_malloc.max_backend_memory = '300MB'; SELECT pg_reload_conf()");
+sleep 1;
+$s->query_safe('SELECT 1');
+cmp_ok((data_limit($pid))[0] - $low, '==', 220 * $MB, 'a second reload raises it by the difference');
+is($s->query_safe($big), 1000000, 'and the big sort fits');
+
+# Processes it does not cover keep their limit even with the cap in force.
+my %types = map { split /\|/ } split /\n/, $node->safe_psql('postgres',
+	"SELECT backend_type, coalesce(data_limit_bytes::text, 'unlimited') FROM glibc_malloc_processes WHERE NOT guarded");
+for my $type ('postmaster', 'checkpointer', 'autovacuum launcher', 'glibc_malloc memory monitor')
+{
+	is($types{$type}, 'unlimited', "not covered: the $type keeps no data limit");
+}
+$node->safe_psql('postgres', "ALTER SYSTEM RESET glibc_malloc.max_backend_memory; SELECT pg_reload_conf()");
+sleep 1;
+$s->query_safe('SELECT 1');
+is((data_limit($pid))[0], 'unlimited', 'ALTER SYSTEM RESET and a reload lift it');
+$s->quit;
+
+cmp_ok($node->safe_psql('postgres', 'SELECT max_backend_memory_errors FROM glibc_malloc_guard'), '==', 2,
+	'glibc_malloc_guard counts the two errors under the cap');
+my $log = slurp_file($node->logfile);
+unlike($log, qr/PANIC|terminated by signal|TRAP/, 'no crash, no PANIC');
+$node->stop;
+done_testing();
