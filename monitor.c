@@ -200,6 +200,8 @@ typedef struct GmGuardCand
 	int			pid;
 	int64		vmdata;
 	int64		rss;			/* RssAnon */
+	int64		growth;			/* VmData's growth in the last tick */
+	int64		allow;			/* what it may map more: this tick's grant */
 	bool		growing;
 } GmGuardCand;
 
@@ -794,10 +796,12 @@ cmp_vmdata_asc(const void *a, const void *b)
  * resident without a new mapping, so no limit stops it: it comes off the
  * headroom first, and the rest is the budget for new mappings.  Processes
  * that grew in the last tick (working) share the budget, the smallest
- * first: the smallest may map half of it more, the next a quarter, and so
- * on.  The largest and fastest-growing are thus the first to get "out of
- * memory", which is what frees the most: one runaway query fails, the
- * small ones go on.  The others (idle, or running small queries) may map
+ * first: each in turn may map twice its last tick's growth more, while the
+ * budget lasts; what is left then goes half to the smallest, a quarter to
+ * the next, and so on.  When the budget runs short, the largest and
+ * fastest-growing are thus the first to get "out of memory", which is what
+ * frees the most: one runaway query fails, the small ones go on, and of
+ * equal queries as many complete as the budget allows.  The others (idle, or running small queries) may map
  * GM_GUARD_FLOOR more, so that small queries always run.  Limits are never
  * set below what a process has mapped.  A limit that
  * would change by less than GM_GUARD_SLACK is left, unless it must go
@@ -864,7 +868,9 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 		c->pid = s->pid;
 		c->vmdata = vm;
 		c->rss = Max(gm_proc_status_bytes(s->pid, "RssAnon:"), 0);
-		c->growing = g->vmdata >= 0 && vm - g->vmdata >= GM_GUARD_GROWING;
+		c->growth = g->vmdata >= 0 ? vm - g->vmdata : 0;
+		c->growing = c->growth >= GM_GUARD_GROWING;
+		c->allow = c->growing ? 0 : GM_GUARD_FLOOR;
 		if (c->growing)
 			ngrowing++;
 	}
@@ -889,24 +895,33 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 			budget -= Max(cands[i].vmdata - cands[i].rss, 0);
 		budget = Max(budget, 0);
 		qsort(cands, ncand, sizeof(GmGuardCand), cmp_vmdata_asc);
+		/* Working processes, smallest first: twice their last growth ... */
+		for (int i = 0; i < ncand; i++)
+		{
+			if (!cands[i].growing)
+				continue;
+			cands[i].allow = Min(2 * cands[i].growth, budget);
+			budget -= cands[i].allow;
+		}
+		/* ... and then half of what is left, a quarter, and so on. */
+		for (int i = 0; i < ncand; i++)
+		{
+			if (!cands[i].growing)
+				continue;
+			budget /= 2;
+			cands[i].allow += budget;
+		}
 		for (int i = 0; i < ncand; i++)
 		{
 			GmGuardCand *c = &cands[i];
 			GmGuarded  *g = &guarded[c->slot];
-			int64		want = c->vmdata;
+			int64		want = c->vmdata + c->allow;
 			int64		orig,
 						own,
 						cur,
 						soft,
 						hard;
 
-			if (c->growing)
-			{
-				budget /= 2;
-				want += budget;
-			}
-			else
-				want += GM_GUARD_FLOOR;
 			if (g->pid == c->pid && g->limit != GM_NO_LIMIT &&
 				want <= g->limit && g->limit - want < GM_GUARD_SLACK &&
 				gm_shmem_limits(c->slot, c->pid, &orig, &own, &cur, NULL) &&
