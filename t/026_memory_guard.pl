@@ -1,0 +1,132 @@
+# The memory guard in a real memory cgroup (v1 here), with
+# restart_after_crash = on as in production.  K connections start, at the
+# same moment, a sort whose live memory together exceeds the cgroup's
+# limit.  Without the guard the kernel's OOM killer ends a backend and the
+# server restarts, losing every session; with it, over 10 bursts, the
+# kernel kills nothing and the server never restarts: some sorts get
+# "ERROR: out of memory" with the guard's HINT, the others complete with
+# the right result, and every session runs its next query.
+#
+# Needs a cgroup v1 memory directory writable by the test's user, named by
+# GM_TEST_CGROUP_V1: scripts/test (as root) makes one and removes it.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use GlibcMallocTest;
+use IPC::Run;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(sleep);
+
+my $cg = $ENV{GM_TEST_CGROUP_V1};
+plan skip_all => 'needs a writable cgroup v1 memory directory in GM_TEST_CGROUP_V1 (scripts/test makes one when run as root)'
+  unless $cg && -w "$cg/cgroup.procs" && -w "$cg/memory.limit_in_bytes";
+
+my $MB = 2**20;
+my $limit = 400 * $MB;
+my $K = 4;			# each sort peaks near 150 MB: together 1.5 times the limit
+my $bursts = $ENV{GM_TEST_GUARD_BURSTS} // 10;
+my $big = "SELECT count(*) FROM (SELECT md5(i::text) FROM generate_series(1, 1000000) i ORDER BY 1) s";
+
+sub write_file
+{
+	my ($path, $value) = @_;
+	open my $fh, '>', $path or die "$path: $!";
+	print $fh "$value\n";
+	close $fh or die "$path: $!";
+}
+
+sub oom_kills { (slurp_file("$cg/memory.oom_control") =~ /oom_kill (\d+)/)[0] // 0 }
+
+my $node = new_node('guard', "restart_after_crash = on\nshared_buffers = 16MB\n", no_start => 1);
+$node->start;
+write_file("$cg/memory.swappiness", 0);
+write_file("$cg/memory.limit_in_bytes", $limit);
+write_file("$cg/memory.memsw.limit_in_bytes", $limit) if -w "$cg/memory.memsw.limit_in_bytes";
+write_file("$cg/cgroup.procs", (split /\n/, slurp_file($node->data_dir . '/postmaster.pid'))[0]);
+$node->safe_psql('postgres', 'CREATE EXTENSION glibc_malloc');
+
+# One burst: K sessions start the big sort at once, then each runs a small
+# query.  Returns, per session, its stdout and stderr.
+sub burst
+{
+	my @runs;
+	for my $i (1 .. $K)
+	{
+		my %r = (out => '', err => '');
+		$r{h} = IPC::Run::start(
+			[ 'psql', '-X', '-At', '-d', $node->connstr('postgres'),
+			  '-c', "SET work_mem = '1GB'", '-c', $big,
+			  '-c', "SET work_mem = '4MB'", '-c', 'SELECT count(*) FROM generate_series(1, 1000)' ],
+			'<', \undef, '>', \$r{out}, '2>', \$r{err},
+			IPC::Run::timeout(180));
+		push @runs, \%r;
+	}
+	for my $r (@runs)
+	{
+		eval { $r->{h}->finish; 1 } or $r->{err} .= "timed out\n";
+	}
+	return @runs;
+}
+
+# 1. Without the guard: the OOM killer ends a backend, the server restarts.
+$node->safe_psql('postgres', "ALTER SYSTEM SET glibc_malloc.memory_guard = off; SELECT pg_reload_conf()");
+sleep 1;
+my $kills = oom_kills();
+my $offset = -s $node->logfile;
+burst();
+my $log = slurp_file($node->logfile, $offset);
+cmp_ok(oom_kills(), '>', $kills, 'without the guard the kernel OOM-kills in the cgroup');
+like($log, qr/terminated by signal 9: Killed.*all server processes terminated; reinitializing/s,
+	'and the server restarts, losing every session');
+ok(wait_for(sub { $node->psql('postgres', 'SELECT 1') == 0 }, 60), 'the server comes back');
+
+# 2. With the guard (the default): 10 bursts.
+$node->safe_psql('postgres', "ALTER SYSTEM RESET glibc_malloc.memory_guard; SELECT pg_reload_conf()");
+sleep 1;
+$kills = oom_kills();
+$offset = -s $node->logfile;
+my ($errors, $completed, $wrong, $next_ok, $other) = (0, 0, 0, 0, 0);
+for my $b (1 .. $bursts)
+{
+	for my $r (burst())
+	{
+		my @lines = split /\n/, $r->{out};
+		# "SET", the sort's count (if it completed), "SET", then 1000.
+		$next_ok++ if @lines && $lines[-1] eq '1000';
+		if ($r->{err} =~ /ERROR:  out of memory\nDETAIL:  Failed on request of size \d+ in memory context "[^"]+"\.\nHINT:  The server is close to its memory limit: glibc_malloc\.memory_guard allowed this backend/)
+		{
+			$errors++;
+		}
+		elsif ($r->{err} eq '' && grep { $_ eq '1000000' } @lines)
+		{
+			$completed++;
+		}
+		elsif ($r->{err} eq '')
+		{
+			$wrong++;
+			diag "wrong result: $r->{out}";
+		}
+		else
+		{
+			$other++;
+			diag "other error: $r->{err}";
+		}
+	}
+}
+$log = slurp_file($node->logfile, $offset);
+note "with the guard: $bursts bursts of $K sorts: $completed completed, $errors got the guard's ERROR";
+is(oom_kills(), $kills, 'with the guard the kernel OOM-kills nothing');
+unlike($log, qr/terminated by signal|all server processes terminated; reinitializing/, 'and the server never restarts');
+cmp_ok($errors, '>=', 1, 'some sorts get ERROR: out of memory with the DETAIL and the HINT');
+cmp_ok($completed, '>=', 1, 'the others complete');
+is($wrong, 0, 'with the right result');
+is($other, 0, 'no other error, no lost connection');
+is($next_ok, $bursts * $K, 'every session runs its next query');
+like($log, qr/LOG:  glibc_malloc memory guard: lowered \d+ limits?: headroom \d+ [kM]B, \d+ working, usage \d+ MB of \d+ MB/,
+	'the monitor logs each tightening with the numbers');
+my $view = $node->safe_psql('postgres', 'SELECT enabled, rounds > 0, limits_lowered > 0, guard_errors FROM glibc_malloc_guard');
+is($view, "t|t|t|$errors", 'glibc_malloc_guard counts the rounds, the limits lowered and exactly the ERRORs seen');
+$node->stop('fast');
+done_testing();
