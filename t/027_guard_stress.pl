@@ -20,7 +20,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 my $rounds = $ENV{GM_TEST_STRESS_ROUNDS} // 1;
-my $node = new_node('stress', "max_prepared_transactions = 10\nrestart_after_crash = on\nlog_min_messages = warning\n");
+our $node = new_node('stress', "max_prepared_transactions = 10\nrestart_after_crash = on\nlog_min_messages = warning\n");
 my $copy_file = PostgreSQL::Test::Utils::tempdir . '/kv.copy';
 $node->safe_psql('postgres', qq{
 	CREATE TABLE kv (k int PRIMARY KEY, v text);
@@ -54,6 +54,33 @@ my %kinds = (
 	string_agg => "SELECT length(string_agg(md5(i::text), ',')) FROM generate_series(1, 200000) i",
 );
 my @caps = qw(1MB 2MB 3MB 4MB 6MB 8MB 12MB 16MB 24MB);
+# Tighter than the setting allows, as the guard sets them when its budget
+# is spent: a soft limit of what the backend has mapped plus this many kB,
+# set from outside with prlimit(1), like the monitor's prlimit(2).
+my @margins_kb = (0, 64, 256);
+
+sub vmdata { (slurp_file("/proc/$_[0]/status") =~ /^VmData:\s+(\d+) kB/m)[0] * 1024 }
+
+# Run one kind's commands in a fresh backend limited to VmData + margin.
+sub run_prlimited
+{
+	my ($cmds, $margin_kb) = @_;
+	my $s = $node->background_psql('postgres', on_error_stop => 0);
+	my $pid = $s->query_safe('SELECT pg_backend_pid()');
+	my $err = '';
+	IPC::Run::run([ 'prlimit', "--pid=$pid", '--data=' . (vmdata($pid) + $margin_kb * 1024) . ':' ])
+	  or die "prlimit failed";
+	for my $cmd (@$cmds)
+	{
+		$s->{stderr} = '';
+		# A FATAL ends the session: psql's query then dies.
+		eval { $s->query($cmd); 1 } or $err .= "lost: $@";
+		$err .= $s->{stderr};
+		last if $err =~ /FATAL|lost:/;
+	}
+	eval { $s->quit };
+	return $err;
+}
 
 my $offset = -s $node->logfile;
 my ($runs, $ok, $errors, $fatals, $other) = (0, 0, 0, 0, 0);
@@ -76,6 +103,16 @@ for my $round (1 .. $rounds)
 			elsif ($err =~ /FATAL:  out of memory/) { $fatals++; $by_kind{$kind}{fatal}++ }
 			elsif ($err =~ /ERROR:  out of memory/) { $errors++; $by_kind{$kind}{error}++ }
 			else { $other++; diag "$kind at $cap: $err" }
+		}
+		for my $margin (@margins_kb)
+		{
+			my $err = run_prlimited(ref $kinds{$kind} ? $kinds{$kind} : [ $kinds{$kind} ], $margin);
+			$runs++;
+			$node->psql('postgres', "ROLLBACK PREPARED 'gm_stress'") if $kind eq 'two_phase';
+			if ($err eq '') { $ok++ }
+			elsif ($err =~ /FATAL:  out of memory/) { $fatals++; $by_kind{$kind}{fatal}++; note "$kind at +${margin}kB: $err" }
+			elsif ($err =~ /ERROR:  out of memory/) { $errors++; $by_kind{$kind}{error}++ }
+			else { $other++; diag "$kind at +${margin}kB: $err" }
 		}
 	}
 }
