@@ -220,6 +220,8 @@ typedef struct GmMonitorState
 	/* the memory guard (glibc_malloc.memory_guard) */
 	bool		guard_enabled;
 	bool		guard_engaged;	/* limits are set */
+	int64		guard_engaged_at;	/* gm_monotonic_usec() of the last tick
+									 * with limits set; 0 = never */
 	int64		guard_headroom; /* bytes the guarded may still add; -1 */
 	int			guard_limited;	/* processes with a guard limit now */
 	int64		guard_rounds;	/* ticks that lowered a limit */

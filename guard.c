@@ -44,6 +44,9 @@
 
 #include "glibc_malloc.h"
 
+/* An out-of-memory this soon after the guard's last limits is the guard's. */
+#define GM_GUARD_RECENT_USEC	(1000 * 1000)
+
 /* GUC glibc_malloc.max_backend_memory, kB; -1 = off. */
 static int	max_backend_memory = -1;
 
@@ -129,6 +132,7 @@ gm_guard_error_hint(ErrorData *edata)
 	int64		hard;
 	int64		vm;
 	bool		by_guard;
+	GmMonitorState *monitor;
 	char		lim[32];
 	char		used[32];
 	char		extra[32];
@@ -140,21 +144,32 @@ gm_guard_error_hint(ErrorData *edata)
 		strcmp(edata->message_id, "out of memory") != 0 || !gm_guarded_process())
 		return;
 	guard = gm_shmem_my_guard_limit();
-	if (own_limit == GM_NO_LIMIT && guard == GM_NO_LIMIT)
+	if (!gm_data_limit(0, &soft, &hard))
 		return;
-	/* Ours only if the soft limit in force is one of ours. */
-	if (!gm_data_limit(0, &soft, &hard) || (soft != own_limit && soft != guard))
-		return;
-	by_guard = soft == guard && guard < own_limit;
+	/*
+	 * The guard's if it limits this process now, or limited it a moment
+	 * ago (the monitor may have lifted or raised the limit since the
+	 * allocation failed); else the cap's if it is the limit in force.
+	 */
+	monitor = gm_shmem_monitor();
+	if (guard < own_limit)
+		by_guard = true;
+	else if (own_limit != GM_NO_LIMIT && soft == own_limit)
+		by_guard = false;
+	else if (monitor != NULL && monitor->guard_engaged_at != 0 &&
+			 gm_monotonic_usec() - monitor->guard_engaged_at < GM_GUARD_RECENT_USEC)
+		by_guard = true;
+	else
+		return;					/* not one of ours */
 	vm = gm_proc_status_bytes(0, "VmData:");
-	fmt_size(lim, sizeof(lim), soft);
 	fmt_size(used, sizeof(used), Max(vm, 0));
 	if (by_guard)
 		snprintf(buf, sizeof(buf),
-				 "The server is close to its memory limit: glibc_malloc.memory_guard allowed this backend %s of private memory (%s mapped) so that the kernel's OOM killer does not restart the server. Retry when fewer large queries run, lower work_mem, or raise the container's memory limit.",
-				 lim, used);
+				 "The server is close to its memory limit: glibc_malloc.memory_guard limited this backend's private memory (%s mapped) so that the kernel's OOM killer does not restart the server. Retry when fewer large queries run, lower work_mem, or raise the container's memory limit.",
+				 used);
 	else
 	{
+		fmt_size(lim, sizeof(lim), soft);
 		fmt_size(extra, sizeof(extra), cur_cap >= 0 ? cur_cap : soft - Max(base_vmdata, 0));
 		snprintf(buf, sizeof(buf),
 				 "glibc_malloc.max_backend_memory allows this backend %s of private memory beyond what it had when the limit was applied (%s in all, %s mapped). Raise the setting, or lower work_mem.",

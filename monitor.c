@@ -93,18 +93,23 @@ PGDLLEXPORT void glibc_malloc_monitor_main(Datum arg);
 #define GM_MONITOR_LOG_MS		10000	/* log rounds of one episode this often */
 
 /*
- * The memory guard (glibc_malloc.memory_guard).  From GM_GUARD_ENGAGE of
+ * The memory guard (glibc_malloc.memory_guard).  From guard_engage() of
  * the limit on, it gives every guarded process (gm_guarded_process) a soft
  * RLIMIT_DATA with prlimit(2), so that together they cannot add more than
- * the headroom up to GM_GUARD_TARGET of the limit before the next tick;
- * below GM_GUARD_RELEASE it lifts them.  See guard_tick for the policy.
+ * the headroom up to the target (guard_target) before the next tick;
+ * GM_GUARD_RELEASE below that it lifts them.  See guard_tick for the policy.
  */
 #define GM_GUARD_TARGET		0.95	/* keep the usage below this */
-#define GM_GUARD_ENGAGE		0.75	/* set limits from this usage on */
-#define GM_GUARD_RELEASE	0.70	/* lift them below this */
+#define GM_GUARD_MARGIN		(64 * MB)	/* and at least this far below the
+										 * limit: the kernel needs room to
+										 * reclaim file pages before it kills */
+#define GM_GUARD_ENGAGE		0.75	/* set limits from this usage on, and at
+									 * least GM_GUARD_MARGIN below the target */
+#define GM_GUARD_RELEASE	0.05	/* lift them this far below (of the limit) */
 #define GM_GUARD_FLOOR		(32 * MB)	/* every process may always add this */
 #define GM_GUARD_GROWING	MB		/* grew this much in a tick: working */
 #define GM_GUARD_SLACK		(4 * MB)	/* smaller changes are not applied */
+#define GM_GUARD_TICK_MS	50		/* how often the monitor looks while engaged */
 
 /* GUCs (SIGHUP: the monitor is server-wide policy). */
 static bool memory_guard = true;
@@ -190,7 +195,11 @@ typedef struct GmGuarded
 {
 	int			pid;			/* 0 = none */
 	int64		limit;			/* the guard's soft limit; GM_NO_LIMIT = none */
-	int64		vmdata;			/* at the last tick, -1 = unknown */
+	/* growth over windows of GM_MONITOR_TICK_MS, whatever the tick */
+	int			ref_pid;		/* the process measured; 0 = none */
+	int64		ref_vmdata;		/* its VmData at ref_at */
+	int64		ref_at;			/* monotonic */
+	int64		growth;			/* over the last window; -1 = unknown */
 } GmGuarded;
 
 /* One candidate of a tick. */
@@ -776,6 +785,50 @@ guard_lift_all(void)
 			(void) guard_set(i, guarded[i].pid, GM_NO_LIMIT);
 }
 
+/*
+ * The usage the guard keeps the server under: GM_GUARD_TARGET of the
+ * limit, and at least GM_GUARD_MARGIN below it.
+ */
+static int64
+guard_target(int64 limit)
+{
+	return Min((int64) (GM_GUARD_TARGET * limit), limit - GM_GUARD_MARGIN);
+}
+
+/* The usage from which the guard sets limits (see GM_GUARD_ENGAGE). */
+static int64
+guard_engage(int64 limit)
+{
+	return Min((int64) (GM_GUARD_ENGAGE * limit), guard_target(limit) - GM_GUARD_MARGIN);
+}
+
+/* A key's value in kB-suffixed /proc/PID/status text, in bytes; -1 if absent. */
+static int64
+status_value(const char *buf, const char *key)
+{
+	size_t		klen = strlen(key);
+
+	for (const char *line = buf; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
+		if (strncmp(line, key, klen) == 0 && line[klen] == ':')
+			return strtoll(line + klen + 1, NULL, 10) * 1024;
+	return -1;
+}
+
+/* Process pid's VmData and RssAnon, read at once; false if it is gone. */
+static bool
+proc_memory(int pid, int64 *vmdata, int64 *rss)
+{
+	static char buf[16384];
+	char		path[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	if (!read_text(path, buf, sizeof(buf)))
+		return false;
+	*vmdata = status_value(buf, "VmData");
+	*rss = status_value(buf, "RssAnon");
+	return *vmdata >= 0;
+}
+
 /* qsort: smallest VmData first. */
 static int
 cmp_vmdata_asc(const void *a, const void *b)
@@ -789,8 +842,8 @@ cmp_vmdata_asc(const void *a, const void *b)
 /*
  * The memory guard, once per tick, with the limits just read.
  *
- * Engaged from GM_GUARD_ENGAGE of the limit until below GM_GUARD_RELEASE.
- * The headroom is what the server may add before GM_GUARD_TARGET of the
+ * Engaged from guard_engage() until GM_GUARD_RELEASE of the limit below.
+ * The headroom is what the server may add before the target (guard_target) of the
  * limit.  What the guarded processes have mapped but not resident (VmData
  * minus RssAnon: heap a trim returned, chunks not touched yet) can become
  * resident without a new mapping, so no limit stops it: it comes off the
@@ -817,6 +870,8 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 		(l->source == GM_LIMIT_CGROUP_V1 || l->source == GM_LIMIT_CGROUP_V2) &&
 		l->limit > 0 && l->usage >= 0;
 	double		frac = active ? (double) l->usage / l->limit : 0;
+	int64		engage = active ? guard_engage(l->limit) : 0;
+	int64		release = engage - (int64) (GM_GUARD_RELEASE * l->limit);
 	int64		headroom = -1;
 	int			ncand = 0;
 	int			ngrowing = 0;
@@ -826,17 +881,18 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 				b2[32],
 				b3[32];
 
-	if (active && !guard_engaged && frac >= GM_GUARD_ENGAGE)
+	if (active && !guard_engaged && l->usage >= engage)
 	{
 		guard_engaged = true;
 		ereport(LOG,
 				(errmsg("glibc_malloc memory guard: limiting backends' private memory: %s usage %s is %.0f%% of the %s limit",
 						limit_source_names[l->source], fmt_bytes(b1, sizeof(b1), l->usage), 100 * frac,
 						fmt_bytes(b2, sizeof(b2), l->limit)),
-				 errdetail_internal("The guard keeps the usage below %.0f%% of the limit, and lifts its limits below %.0f%%.",
-									100 * GM_GUARD_TARGET, 100 * GM_GUARD_RELEASE)));
+				 errdetail_internal("The guard keeps the usage below %s, and lifts its limits below %s.",
+									fmt_bytes(b3, sizeof(b3), guard_target(l->limit)),
+									fmt_bytes(b1, sizeof(b1), release))));
 	}
-	else if (guard_engaged && (!active || frac < GM_GUARD_RELEASE))
+	else if (guard_engaged && (!active || l->usage < release))
 	{
 		guard_engaged = false;
 		guard_lift_all();
@@ -851,7 +907,7 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 	 * The candidates, with their VmData now: also in the last tenth before
 	 * engaging, so that the first engaged tick knows who is growing.
 	 */
-	for (int i = 0; i < n && (guard_engaged || (active && frac >= GM_GUARD_ENGAGE - 0.1)); i++)
+	for (int i = 0; i < n && (guard_engaged || (active && l->usage >= release - (int64) (GM_GUARD_RELEASE * l->limit))); i++)
 	{
 		const GmSnapshot *s = &snaps[i];
 		GmGuarded  *g = &guarded[s->slot];
@@ -860,25 +916,40 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 
 		if (!s->guarded || s->pid == 0)
 			continue;
-		vm = gm_proc_status_bytes(s->pid, "VmData:");
-		if (vm < 0)
+		c = &cands[ncand];
+		if (!proc_memory(s->pid, &vm, &c->rss))
 			continue;
-		c = &cands[ncand++];
+		ncand++;
 		c->slot = s->slot;
 		c->pid = s->pid;
 		c->vmdata = vm;
-		c->rss = Max(gm_proc_status_bytes(s->pid, "RssAnon:"), 0);
-		c->growth = g->vmdata >= 0 ? vm - g->vmdata : 0;
-		c->growing = c->growth >= GM_GUARD_GROWING;
-		c->allow = c->growing ? 0 : GM_GUARD_FLOOR;
+		c->rss = Max(c->rss, 0);
+		/*
+		 * Growth over the last window of GM_MONITOR_TICK_MS: ticks are 50
+		 * ms while engaged, too short to tell a working process.  Unknown
+		 * for a process not measured lately (the usage jumped): it may be
+		 * working.
+		 */
+		if (g->ref_pid != s->pid || mono - g->ref_at > (int64) 2 * GM_MONITOR_TICK_MS * 1000)
+		{
+			g->ref_pid = s->pid;
+			g->ref_vmdata = vm;
+			g->ref_at = mono;
+			g->growth = -1;
+		}
+		else if (mono - g->ref_at >= (int64) GM_MONITOR_TICK_MS * 1000)
+		{
+			g->growth = vm - g->ref_vmdata;
+			g->ref_vmdata = vm;
+			g->ref_at = mono;
+		}
+		c->growth = Max(g->growth, 0);
+		c->growing = g->growth < 0 || g->growth >= GM_GUARD_GROWING ||
+			vm - g->ref_vmdata >= GM_GUARD_GROWING;
+		c->allow = 0;
 		if (c->growing)
 			ngrowing++;
 	}
-	/* Remember this tick's VmData by slot (a new process starts unknown). */
-	for (int i = 0; i < nslots; i++)
-		guarded[i].vmdata = -1;
-	for (int i = 0; i < ncand; i++)
-		guarded[cands[i].slot].vmdata = cands[i].vmdata;
 
 	if (guard_engaged)
 	{
@@ -889,13 +960,23 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 		 * not touched yet) becomes resident without a new mapping, which no
 		 * limit stops: it comes off the headroom first.
 		 */
-		headroom = Max((int64) (GM_GUARD_TARGET * l->limit) - l->usage, 0);
+		headroom = Max(guard_target(l->limit) - l->usage, 0);
 		budget = headroom;
 		for (int i = 0; i < ncand; i++)
 			budget -= Max(cands[i].vmdata - cands[i].rss, 0);
 		budget = Max(budget, 0);
 		qsort(cands, ncand, sizeof(GmGuardCand), cmp_vmdata_asc);
-		/* Working processes, smallest first: twice their last growth ... */
+		/* The others: the floor, from at most half of the budget ... */
+		if (ncand > ngrowing)
+		{
+			int64		each = Min(GM_GUARD_FLOOR, budget / 2 / (ncand - ngrowing));
+
+			for (int i = 0; i < ncand; i++)
+				if (!cands[i].growing)
+					cands[i].allow = each;
+			budget -= each * (ncand - ngrowing);
+		}
+		/* ... working processes, smallest first: twice their last growth ... */
 		for (int i = 0; i < ncand; i++)
 		{
 			if (!cands[i].growing)
@@ -965,6 +1046,8 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 	pg_write_barrier();
 	st->guard_enabled = memory_guard && monitor_enabled;
 	st->guard_engaged = guard_engaged;
+	if (guard_engaged)
+		st->guard_engaged_at = mono;
 	st->guard_headroom = headroom;
 	st->guard_limited = guard_engaged ? limited : 0;
 	pg_write_barrier();
@@ -1116,7 +1199,7 @@ glibc_malloc_monitor_main(Datum arg)
 	guarded = MemoryContextAllocZero(TopMemoryContext, sizeof(GmGuarded) * nslots);
 	cands = MemoryContextAlloc(TopMemoryContext, sizeof(GmGuardCand) * nslots);
 	for (int i = 0; i < nslots; i++)
-		guarded[i].vmdata = -1;
+		guarded[i].ref_pid = 0;
 	/* A restarted monitor goes on counting. */
 	returned_total = gm_shmem_monitor()->returned_bytes;
 
@@ -1129,8 +1212,9 @@ glibc_malloc_monitor_main(Datum arg)
 			ProcessConfigFile(PGC_SIGHUP);
 		}
 		monitor_tick();
+		/* Faster while the guard's limits are set: they follow the usage. */
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 GM_MONITOR_TICK_MS, PG_WAIT_EXTENSION);
+						 guard_engaged ? GM_GUARD_TICK_MS : GM_MONITOR_TICK_MS, PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}
 }
@@ -1348,7 +1432,7 @@ glibc_malloc_guard(PG_FUNCTION_ARGS)
 	nulls[j++] = c.limit_bytes < 0 || c.checked_at == 0;
 	values[j] = Int64GetDatum(c.usage_bytes);
 	nulls[j++] = c.usage_bytes < 0 || c.checked_at == 0;
-	values[j] = Int64GetDatum((int64) (GM_GUARD_TARGET * c.limit_bytes));
+	values[j] = Int64GetDatum(guard_target(c.limit_bytes));
 	nulls[j++] = c.limit_bytes < 0 || c.checked_at == 0;
 	values[j] = Int64GetDatum(c.guard_headroom);
 	nulls[j++] = c.guard_headroom < 0 || !c.guard_engaged;
