@@ -72,6 +72,23 @@ outside_contexts(const GmSnapshot *s)
 }
 
 /*
+ * A backend's private memory (VmData) when it is within a tenth of its soft
+ * RLIMIT_DATA (max_backend_memory or the memory guard), else 0.
+ */
+static int64
+near_data_limit(const GmSnapshot *s)
+{
+	int64		soft;
+	int64		hard;
+	int64		vm;
+
+	if (!s->guarded || !gm_data_limit(s->pid, &soft, &hard) || soft == GM_NO_LIMIT ||
+		(vm = gm_proc_status_bytes(s->pid, "VmData:")) < 0)
+		return 0;
+	return vm >= soft - soft / 10 ? vm : 0;
+}
+
+/*
  * The rules, one row per kind of memory.  The thresholds are set well above
  * what a fresh backend holds (under 1 MB free heap, about 1 MB of caches,
  * about 1 MB outside contexts on PostgreSQL 15 and glibc 2.36) and below
@@ -92,6 +109,9 @@ static const GmDoctorRule doctor_rules[] = {
 	{"outside_contexts", 16 * MB, outside_contexts,
 		"holds %s of malloc memory in use outside PostgreSQL's memory contexts (LLVM's JIT, OpenSSL, other libraries)",
 	"a trim does not help: only a new connection returns it; if backend %d ran JIT-compiled queries, jit = off or a higher jit_above_cost avoids it"},
+	{"data_limit", 1, near_data_limit,
+		"has %s of private memory mapped, within a tenth of its data size limit: its next large allocation fails with \"out of memory\"",
+	"SELECT * FROM glibc_malloc_processes WHERE pid = %d shows whose limit it is: raise glibc_malloc.max_backend_memory for its role (ALTER ROLE ... SET) if it needs more; a guard limit means the server is near its memory limit (glibc_malloc_guard)"},
 };
 
 /* Idle backends holding at least this much free heap are summed in one row. */

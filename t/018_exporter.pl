@@ -82,6 +82,11 @@ cmp_ok(metric('glibc_malloc_summary_backends'), '>=', 3, 'and counts the backend
 my ($limit, $source) = split /\|/, $node->safe_psql('postgres', 'SELECT limit_bytes, source FROM glibc_malloc_monitor');
 is(metric('glibc_malloc_monitor_limit_bytes', source => $source), $limit, "the memory monitor's limit as in its view ($source)");
 ok(defined metric('glibc_malloc_monitor_rounds', source => $source), "and its rounds");
+for my $m (qw(enabled engaged limited_processes guard_errors max_backend_memory_errors))
+{
+	is(metric("glibc_malloc_guard_$m"), $node->safe_psql('postgres', "SELECT ${m}::int FROM glibc_malloc_guard"),
+		"glibc_malloc_guard_$m as in the view");
+}
 unlike($err, qr/level=error/, 'the exporter logged no error') or diag $err;
 
 $h->kill_kill;

@@ -124,8 +124,34 @@ $s->query_safe('SELECT 1');
 is((data_limit($pid))[0], 'unlimited', 'ALTER SYSTEM RESET and a reload lift it');
 $s->quit;
 
-cmp_ok($node->safe_psql('postgres', 'SELECT max_backend_memory_errors FROM glibc_malloc_guard'), '==', 2,
-	'glibc_malloc_guard counts the two errors under the cap');
+# The doctor names a backend near its limit (set here from outside, as the
+# guard's monitor does) and says where to look.
+$s = $node->background_psql('postgres');
+$pid = $s->query_safe('SELECT pg_backend_pid()');
+my $doctor = "SELECT kind, bytes > 0, action FROM glibc_malloc_doctor() WHERE pid = $pid AND kind = 'data_limit'";
+is($node->safe_psql('postgres', $doctor), '', 'the doctor is silent about a backend far from any limit');
+system('prlimit', "--pid=$pid", '--data=' . (vmdata($pid) + 2**20) . ':') == 0 or die 'prlimit';
+like($node->safe_psql('postgres', $doctor), qr/^data_limit\|t\|SELECT \* FROM glibc_malloc_processes WHERE pid = $pid shows whose limit it is/,
+	'and names one within a tenth of its data limit');
+$s->quit;
+
+# JIT: LLVM reports an allocation failure inside it as FATAL, which ends
+# that session only (PostgreSQL cannot recover LLVM's state); the server
+# goes on.  12MB lets LLVM load and then fail.
+my $jit = $node->safe_psql('postgres', 'SELECT pg_jit_available()') eq 't';
+SKIP:
+{
+	skip 'no JIT in this build', 3 unless $node->safe_psql('postgres', 'SELECT pg_jit_available()') eq 't';
+	$node->safe_psql('postgres', 'CREATE TABLE j AS SELECT i, i % 7 AS g FROM generate_series(1, 100000) i');
+	my ($ret, $out, $jerr) = $node->psql('postgres', "SET jit = on; SET jit_above_cost = 0; SET jit_inline_above_cost = 0; SET jit_optimize_above_cost = 0;"
+		  . " SET glibc_malloc.max_backend_memory = '12MB'; SELECT g, sum(i) FROM j GROUP BY g ORDER BY 1 LIMIT 1");
+	like($jerr, qr/FATAL:  out of memory\nDETAIL:  while in LLVM/, 'JIT past the cap: FATAL out of memory while in LLVM');
+	is($node->safe_psql('postgres', 'SELECT 1'), 1, 'the server goes on');
+	unlike(slurp_file($node->logfile), qr/terminated by signal|all server processes terminated/, 'only that session ended');
+}
+
+cmp_ok($node->safe_psql('postgres', 'SELECT max_backend_memory_errors FROM glibc_malloc_guard'), '==', $jit ? 3 : 2,
+	'glibc_malloc_guard counts the errors under the cap (the FATAL in LLVM too)');
 my $log = slurp_file($node->logfile);
 unlike($log, qr/PANIC|terminated by signal|TRAP/, 'no crash, no PANIC');
 $node->stop;
