@@ -72,8 +72,9 @@ outside_contexts(const GmSnapshot *s)
 }
 
 /*
- * A backend's private memory (VmData) when it is within a tenth of its soft
- * RLIMIT_DATA (max_backend_memory or the memory guard), else 0.
+ * A backend's private memory (VmData) when its soft RLIMIT_DATA
+ * (max_backend_memory or the memory guard) leaves it less than a tenth of
+ * the limit or 8 MB more, else 0.
  */
 static int64
 near_data_limit(const GmSnapshot *s)
@@ -85,7 +86,7 @@ near_data_limit(const GmSnapshot *s)
 	if (!s->guarded || !gm_data_limit(s->pid, &soft, &hard) || soft == GM_NO_LIMIT ||
 		(vm = gm_proc_status_bytes(s->pid, "VmData:")) < 0)
 		return 0;
-	return vm >= soft - soft / 10 ? vm : 0;
+	return soft - vm < Max(soft / 10, 8 * MB) ? vm : 0;
 }
 
 /*
@@ -110,7 +111,7 @@ static const GmDoctorRule doctor_rules[] = {
 		"holds %s of malloc memory in use outside PostgreSQL's memory contexts (LLVM's JIT, OpenSSL, other libraries)",
 	"a trim does not help: only a new connection returns it; if backend %d ran JIT-compiled queries, jit = off or a higher jit_above_cost avoids it"},
 	{"data_limit", 1, near_data_limit,
-		"has %s of private memory mapped, within a tenth of its data size limit: its next large allocation fails with \"out of memory\"",
+		"has %s of private memory mapped, close to its data size limit (less than a tenth of it, or 8 MB, left): its next large allocation fails with \"out of memory\"",
 	"SELECT * FROM glibc_malloc_processes WHERE pid = %d shows whose limit it is: raise glibc_malloc.max_backend_memory for its role (ALTER ROLE ... SET) if it needs more; a guard limit means the server is near its memory limit (glibc_malloc_guard)"},
 };
 

@@ -33,7 +33,8 @@
  *	idle point			(idle.c, signal context) do what is due, after the
  *						transaction's memory is freed and its GUCs rolled back
  *	memory limits		glibc_malloc.max_backend_memory is applied at
- *						statement start and transaction end; an "out of
+ *						statement start (ExecutorStart, ProcessUtility)
+ *						and transaction end; an "out of
  *						memory" under the module's limits gets a HINT
  *						(emit_log_hook)
  *	settings change		(assign hooks, also at GUC rollback) re-plan: at once
@@ -52,6 +53,7 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
+#include "tcop/utility.h"
 #include "utils/guc.h"
 #include "utils/timestamp.h"
 
@@ -64,6 +66,7 @@ void		_PG_init(void);
 static ExecutorStart_hook_type prev_ExecutorStart = NULL;
 static ExecutorEnd_hook_type prev_ExecutorEnd = NULL;
 static emit_log_hook_type prev_emit_log_hook = NULL;
+static ProcessUtility_hook_type prev_ProcessUtility = NULL;
 
 /*
  * The preset's after-transaction trim waits this long for the idle point:
@@ -412,6 +415,20 @@ gm_xact_callback(XactEvent event, void *arg)
 	}
 }
 
+/*
+ * Utility statements (COPY, CREATE INDEX, VACUUM, SET ...) never reach
+ * ExecutorStart: apply a changed max_backend_memory before them too.
+ */
+static void
+gm_ProcessUtility(GM_PU_ARGS)
+{
+	gm_guard_apply();
+	if (prev_ProcessUtility)
+		prev_ProcessUtility(GM_PU_PASS);
+	else
+		standard_ProcessUtility(GM_PU_PASS);
+}
+
 /* An "out of memory" under the module's limits gets a HINT; then chain. */
 static void
 gm_emit_log_hook(ErrorData *edata)
@@ -443,6 +460,8 @@ _PG_init(void)
 	ExecutorStart_hook = gm_ExecutorStart;
 	prev_ExecutorEnd = ExecutorEnd_hook;
 	ExecutorEnd_hook = gm_ExecutorEnd;
+	prev_ProcessUtility = ProcessUtility_hook;
+	ProcessUtility_hook = gm_ProcessUtility;
 	prev_emit_log_hook = emit_log_hook;
 	emit_log_hook = gm_emit_log_hook;
 	RegisterXactCallback(gm_xact_callback, NULL);

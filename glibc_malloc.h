@@ -291,6 +291,7 @@ extern int64 gm_shmem_publish_due(int64 now);
 extern void gm_shmem_note_executor(int64 bytes);
 extern int	gm_shmem_snapshots(GmSnapshot **snaps);
 extern bool gm_shmem_may_trim(const GmSnapshot *s);
+extern bool gm_shmem_waits_for_client(const GmSnapshot *s);
 /* A backend's pg_stat_activity state (BackendState), by pid. */
 typedef struct GmPidState
 {
@@ -309,7 +310,8 @@ extern void gm_shmem_claim(void);
 extern int64 gm_shmem_own_limit(int64 own, int64 *orig);
 extern int64 gm_shmem_my_guard_limit(void);
 extern bool gm_shmem_limits(int slotno, int pid, int64 *orig, int64 *own, int64 *guard, bool *guarded);
-extern int64 gm_shmem_set_guard_limit(int slotno, int64 limit);
+extern int64 gm_shmem_set_guard_limit(int slotno, int pid, int64 limit);
+extern int64 gm_shmem_slot_own_limit(int slotno);
 extern void gm_shmem_count_oom(bool guard);
 extern void gm_shmem_oom_counts(int64 *cap, int64 *guard);
 

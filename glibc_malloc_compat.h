@@ -167,4 +167,20 @@ gm_init_srf(FunctionCallInfo fcinfo)
 	((cxt)->methods->stats((cxt), NULL, NULL, (totals)))
 #endif
 
+/*
+ * ProcessUtility_hook: PG 14 added readOnlyTree.  GM_PU_ARGS declares the
+ * hook's parameters, GM_PU_PASS passes them on.
+ */
+#if PG_VERSION_NUM >= 140000
+#define GM_PU_ARGS PlannedStmt *pstmt, const char *queryString, bool readOnlyTree, \
+	ProcessUtilityContext context, ParamListInfo params, QueryEnvironment *queryEnv, \
+	DestReceiver *dest, QueryCompletion *qc
+#define GM_PU_PASS pstmt, queryString, readOnlyTree, context, params, queryEnv, dest, qc
+#else
+#define GM_PU_ARGS PlannedStmt *pstmt, const char *queryString, \
+	ProcessUtilityContext context, ParamListInfo params, QueryEnvironment *queryEnv, \
+	DestReceiver *dest, QueryCompletion *qc
+#define GM_PU_PASS pstmt, queryString, context, params, queryEnv, dest, qc
+#endif
+
 #endif							/* GLIBC_MALLOC_COMPAT_H */

@@ -98,15 +98,30 @@ gm_guard_apply(void)
 		orig_soft = GM_NO_LIMIT;
 	if (cur_cap >= 0)
 	{
+		/* /proc unreadable: no base, no cap (rather than one below VmData). */
 		if (base_vmdata < 0)
-			base_vmdata = Max(gm_proc_status_bytes(0, "VmData:"), 0);
-		own_limit = base_vmdata + cur_cap;
+			base_vmdata = gm_proc_status_bytes(0, "VmData:");
+		own_limit = base_vmdata < 0 ? GM_NO_LIMIT : base_vmdata + cur_cap;
 	}
 	else
 		own_limit = GM_NO_LIMIT;
+
+	/*
+	 * The monitor may set the guard's limit meanwhile and call prlimit
+	 * before or after this setrlimit: if the guard's limit changed while
+	 * this one was set, set again, so the last call has both.
+	 */
 	guard = gm_shmem_own_limit(own_limit, &orig_soft);
-	want = Min(orig_soft, Min(own_limit, guard));
-	(void) gm_set_data_limit(0, want);
+	for (int i = 0; i < 3; i++)
+	{
+		int64		again;
+
+		want = Min(orig_soft, Min(own_limit, guard));
+		(void) gm_set_data_limit(0, want);
+		if ((again = gm_shmem_my_guard_limit()) == guard)
+			break;
+		guard = again;
+	}
 }
 
 /* A parallel worker takes its slot at its first statement, for the guard. */

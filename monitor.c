@@ -70,7 +70,6 @@
 #include "storage/latch.h"
 #include "storage/proc.h"
 #include "storage/procarray.h"
-#include "utils/backend_status.h"
 #include "tcop/tcopprot.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
@@ -99,16 +98,17 @@ PGDLLEXPORT void glibc_malloc_monitor_main(Datum arg);
  * the headroom up to the target (guard_target) before the next tick;
  * GM_GUARD_RELEASE below that it lifts them.  See guard_tick for the policy.
  */
-#define GM_GUARD_TARGET		0.95	/* keep the usage below this */
-#define GM_GUARD_MARGIN		(64 * MB)	/* and at least this far below the
-										 * limit: the kernel needs room to
-										 * reclaim file pages before it kills */
-#define GM_GUARD_ENGAGE		0.75	/* set limits from this usage on, and at
-									 * least GM_GUARD_MARGIN below the target */
-#define GM_GUARD_RELEASE	0.05	/* lift them this far below (of the limit) */
-#define GM_GUARD_FLOOR		(32 * MB)	/* every process may always add this */
-#define GM_GUARD_GROWING	MB		/* grew this much in a tick: working */
-#define GM_GUARD_SLACK		(4 * MB)	/* smaller changes are not applied */
+#define GM_GUARD_RESERVE	0.05	/* the target: at least this much of the
+									 * limit below it ... */
+#define GM_GUARD_MARGIN		(64 * MB)	/* ... or this much ... */
+#define GM_GUARD_MAX_RESERVE 0.15	/* ... but no more than this much */
+#define GM_GUARD_ENGAGE		0.20	/* set limits this much of the limit
+									 * below the target ... */
+#define GM_GUARD_RELEASE	0.05	/* ... and lift them this much below that */
+#define GM_GUARD_FLOOR		(32 * MB)	/* a process not working may add this,
+										 * while half the budget covers it */
+#define GM_GUARD_GROWING	MB		/* grew this much in a window: working */
+#define GM_GUARD_SLACK		(4 * MB)	/* smaller raises are not applied */
 #define GM_GUARD_TICK_MS	50		/* how often the monitor looks while engaged */
 
 /* GUCs (SIGHUP: the monitor is server-wide policy). */
@@ -199,8 +199,10 @@ typedef struct GmGuarded
 	int			ref_pid;		/* the process measured; 0 = none */
 	int64		ref_vmdata;		/* its VmData at ref_at */
 	int64		ref_at;			/* monotonic */
-	int64		growth;			/* over the last window; -1 = unknown */
+	int64		growth;			/* over the last window; GM_GROWTH_UNKNOWN */
 } GmGuarded;
+
+#define GM_GROWTH_UNKNOWN	PG_INT64_MIN
 
 /* One candidate of a tick. */
 typedef struct GmGuardCand
@@ -209,7 +211,9 @@ typedef struct GmGuardCand
 	int			pid;
 	int64		vmdata;
 	int64		rss;			/* RssAnon */
-	int64		growth;			/* VmData's growth in the last tick */
+	int64		growth;			/* VmData's growth in the last window */
+	int64		free_heap;		/* its resident free heap (snapshot) */
+	bool		signalable;		/* serves the monitor's trim requests */
 	int64		allow;			/* what it may map more: this tick's grant */
 	bool		growing;
 } GmGuardCand;
@@ -761,19 +765,43 @@ ask_backends(GmSnapshot *snaps, int n, int64 need, const char *why, bool first)
 static bool
 guard_set(int slot, int pid, int64 limit)
 {
-	int64		orig;
+	static bool warned = false;
+	int64		want;
 	int64		own;
-	int64		cur;
 
-	/* Still that process (a pid is checked against its slot first). */
-	if (!gm_shmem_limits(slot, pid, &orig, &own, &cur, NULL))
-	{
-		guarded[slot].pid = 0;
-		return false;
-	}
 	guarded[slot].pid = limit == GM_NO_LIMIT ? 0 : pid;
 	guarded[slot].limit = limit;
-	return gm_set_data_limit(pid, gm_shmem_set_guard_limit(slot, limit)) >= 0;
+	if ((want = gm_shmem_set_guard_limit(slot, pid, limit)) < 0)
+	{
+		guarded[slot].pid = 0;	/* it left its slot */
+		return false;
+	}
+
+	/*
+	 * The backend may change its own limit meanwhile and call setrlimit
+	 * before or after this prlimit: if its own limit changed while this
+	 * one was set, set again, so the last call has both.
+	 */
+	for (int i = 0; i < 3; i++)
+	{
+		own = gm_shmem_slot_own_limit(slot);
+		if (gm_set_data_limit(pid, want) < 0)
+		{
+			int			save_errno = errno;
+
+			/* Gone, or not allowed (a security module): say so once. */
+			if (!warned && kill(pid, 0) == 0 && (errno = save_errno) != 0)
+				ereport(WARNING,
+						(errmsg("glibc_malloc memory guard: could not set the data size limit of process %d: %m", pid),
+						 errhint("The guard needs prlimit(2) on the server's processes.")));
+			warned = true;
+			return false;
+		}
+		if (gm_shmem_slot_own_limit(slot) == own)
+			break;
+		want = Min(limit, gm_shmem_slot_own_limit(slot));
+	}
+	return true;
 }
 
 /* Lift every limit the guard set (pressure over, guard off, exit). */
@@ -786,47 +814,25 @@ guard_lift_all(void)
 }
 
 /*
- * The usage the guard keeps the server under: GM_GUARD_TARGET of the
- * limit, and at least GM_GUARD_MARGIN below it.
+ * The usage the guard keeps the server under: at least GM_GUARD_RESERVE of
+ * the limit below it, and up to GM_GUARD_MARGIN (at most
+ * GM_GUARD_MAX_RESERVE of the limit) when that is more: the kernel needs
+ * room to reclaim file pages before it kills.
  */
 static int64
 guard_target(int64 limit)
 {
-	return Min((int64) (GM_GUARD_TARGET * limit), limit - GM_GUARD_MARGIN);
+	int64		reserve = Max((int64) (GM_GUARD_RESERVE * limit),
+							  Min(GM_GUARD_MARGIN, (int64) (GM_GUARD_MAX_RESERVE * limit)));
+
+	return limit - reserve;
 }
 
-/* The usage from which the guard sets limits (see GM_GUARD_ENGAGE). */
+/* The usage from which the guard sets limits: GM_GUARD_ENGAGE below the target. */
 static int64
 guard_engage(int64 limit)
 {
-	return Min((int64) (GM_GUARD_ENGAGE * limit), guard_target(limit) - GM_GUARD_MARGIN);
-}
-
-/* A key's value in kB-suffixed /proc/PID/status text, in bytes; -1 if absent. */
-static int64
-status_value(const char *buf, const char *key)
-{
-	size_t		klen = strlen(key);
-
-	for (const char *line = buf; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
-		if (strncmp(line, key, klen) == 0 && line[klen] == ':')
-			return strtoll(line + klen + 1, NULL, 10) * 1024;
-	return -1;
-}
-
-/* Process pid's VmData and RssAnon, read at once; false if it is gone. */
-static bool
-proc_memory(int pid, int64 *vmdata, int64 *rss)
-{
-	static char buf[16384];
-	char		path[64];
-
-	snprintf(path, sizeof(path), "/proc/%d/status", pid);
-	if (!read_text(path, buf, sizeof(buf)))
-		return false;
-	*vmdata = status_value(buf, "VmData");
-	*rss = status_value(buf, "RssAnon");
-	return *vmdata >= 0;
+	return guard_target(limit) - (int64) (GM_GUARD_ENGAGE * limit);
 }
 
 /* qsort: smallest VmData first. */
@@ -842,24 +848,28 @@ cmp_vmdata_asc(const void *a, const void *b)
 /*
  * The memory guard, once per tick, with the limits just read.
  *
- * Engaged from guard_engage() until GM_GUARD_RELEASE of the limit below.
- * The headroom is what the server may add before the target (guard_target) of the
- * limit.  What the guarded processes have mapped but not resident (VmData
- * minus RssAnon: heap a trim returned, chunks not touched yet) can become
- * resident without a new mapping, so no limit stops it: it comes off the
- * headroom first, and the rest is the budget for new mappings.  Processes
- * that grew in the last tick (working) share the budget, the smallest
- * first: each in turn may map twice its last tick's growth more, while the
- * budget lasts; what is left then goes half to the smallest, a quarter to
- * the next, and so on.  When the budget runs short, the largest and
- * fastest-growing are thus the first to get "out of memory", which is what
- * frees the most: one runaway query fails, the small ones go on, and of
- * equal queries as many complete as the budget allows.  The others (idle, or running small queries) may map
- * GM_GUARD_FLOOR more, so that small queries always run.  Limits are never
- * set below what a process has mapped.  A limit that
- * would change by less than GM_GUARD_SLACK is left, unless it must go
- * down, or the process's soft limit is not the one wanted (its own
- * max_backend_memory changed it meanwhile).
+ * Engaged from guard_engage() until GM_GUARD_RELEASE of the limit below
+ * it; while engaged the monitor looks every GM_GUARD_TICK_MS.  The
+ * headroom is what the server may add before guard_target().  What the
+ * working processes have mapped but not resident (VmData minus RssAnon:
+ * heap a trim returned, chunks not touched yet) can become resident
+ * without a new mapping, which no limit stops: it comes off the headroom
+ * first; the resident free heap of the others comes back when the monitor
+ * asks (it asks while the guard is engaged) and counts as headroom; the
+ * rest is the budget for new mappings until the next look.
+ * Processes waiting for their client that did not grow over the last
+ * window (not working) may map
+ * GM_GUARD_FLOOR more each, from at most half of the budget.  Working
+ * processes share the rest, the smallest first: each in turn may map twice
+ * its last window's growth, while the budget lasts; what is left then goes
+ * half to the smallest, a quarter to the next, and so on, the largest
+ * getting the remainder (all of it when it works alone).  When the budget
+ * runs short, the largest and fastest-growing are thus the first to get
+ * "out of memory", which is what frees the most: one runaway query fails,
+ * the small ones go on, and of equal queries as many complete as the
+ * budget allows.  At the target the budget is 0: no guarded process may
+ * map more.  Limits are never set below what a process has mapped; a
+ * raise smaller than GM_GUARD_SLACK waits (a lowering never does).
  */
 static void
 guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
@@ -917,8 +927,11 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 		if (!s->guarded || s->pid == 0)
 			continue;
 		c = &cands[ncand];
-		if (!proc_memory(s->pid, &vm, &c->rss))
+		if ((vm = gm_proc_status_bytes(s->pid, "VmData:")) < 0)
 			continue;
+		c->rss = gm_proc_status_bytes(s->pid, "RssAnon:");
+		c->free_heap = Max(gm_snapshot_free_heap(s), 0);
+		c->signalable = s->signalable;
 		ncand++;
 		c->slot = s->slot;
 		c->pid = s->pid;
@@ -935,7 +948,7 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 			g->ref_pid = s->pid;
 			g->ref_vmdata = vm;
 			g->ref_at = mono;
-			g->growth = -1;
+			g->growth = GM_GROWTH_UNKNOWN;
 		}
 		else if (mono - g->ref_at >= (int64) GM_MONITOR_TICK_MS * 1000)
 		{
@@ -943,8 +956,14 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 			g->ref_vmdata = vm;
 			g->ref_at = mono;
 		}
-		c->growth = Max(g->growth, 0);
-		c->growing = g->growth < 0 || g->growth >= GM_GUARD_GROWING ||
+		/*
+		 * Working: running a statement (not waiting for its client), or
+		 * grew lately.  A process not measured lately (the usage jumped)
+		 * has no growth yet.
+		 */
+		c->growth = g->growth == GM_GROWTH_UNKNOWN ? 0 : Max(g->growth, 0);
+		c->growing = !gm_shmem_waits_for_client(s) ||
+			(g->growth != GM_GROWTH_UNKNOWN && g->growth >= GM_GUARD_GROWING) ||
 			vm - g->ref_vmdata >= GM_GUARD_GROWING;
 		c->allow = 0;
 		if (c->growing)
@@ -963,7 +982,20 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 		headroom = Max(guard_target(l->limit) - l->usage, 0);
 		budget = headroom;
 		for (int i = 0; i < ncand; i++)
-			budget -= Max(cands[i].vmdata - cands[i].rss, 0);
+		{
+			/*
+			 * Working processes reuse what they have mapped but not
+			 * resident first.  Those not working hold it too (heap a trim
+			 * gave back), but would only reuse it when they run a query:
+			 * not reserved.  Their resident free heap comes back when the
+			 * monitor asks, which it does while the guard is engaged: it
+			 * counts as headroom.
+			 */
+			if (cands[i].growing)
+				budget -= Max(cands[i].vmdata - cands[i].rss, 0);
+			else if (cands[i].signalable)
+				budget += cands[i].free_heap;
+		}
 		budget = Max(budget, 0);
 		qsort(cands, ncand, sizeof(GmGuardCand), cmp_vmdata_asc);
 		/* The others: the floor, from at most half of the budget ... */
@@ -984,13 +1016,21 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 			cands[i].allow = Min(2 * cands[i].growth, budget);
 			budget -= cands[i].allow;
 		}
-		/* ... and then half of what is left, a quarter, and so on. */
-		for (int i = 0; i < ncand; i++)
+		/*
+		 * ... and then half of what is left, a quarter, and so on; the
+		 * largest gets what remains (all of it, if it works alone).
+		 */
+		for (int i = 0, seen = 0; i < ncand; i++)
 		{
 			if (!cands[i].growing)
 				continue;
-			budget /= 2;
-			cands[i].allow += budget;
+			if (++seen < ngrowing)
+			{
+				cands[i].allow += budget / 2;
+				budget -= budget / 2;
+			}
+			else
+				cands[i].allow += budget;
 		}
 		for (int i = 0; i < ncand; i++)
 		{
@@ -1004,7 +1044,7 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 						hard;
 
 			if (g->pid == c->pid && g->limit != GM_NO_LIMIT &&
-				want <= g->limit && g->limit - want < GM_GUARD_SLACK &&
+				want >= g->limit && want - g->limit < GM_GUARD_SLACK &&
 				gm_shmem_limits(c->slot, c->pid, &orig, &own, &cur, NULL) &&
 				gm_data_limit(c->pid, &soft, &hard) && soft == Min(orig, Min(own, cur)))
 			{
@@ -1118,6 +1158,24 @@ monitor_tick(void)
 	else if (!monitor_enabled)
 		pressure = false;
 
+	/*
+	 * While the guard limits backends, their free heap is asked for too:
+	 * the guard counts on it (guard_tick), and returning it lifts limits.
+	 */
+	if (monitor_enabled && guard_engaged && need <= 0 && l.limit > 0 && l.usage >= 0)
+	{
+		int64		release = guard_engage(l.limit) - (int64) (GM_GUARD_RELEASE * l.limit);
+
+		if (l.usage > release)
+		{
+			need = l.usage - release;
+			first = pressure_rounds == 0 && !pressure;
+			snprintf(why, sizeof(why), "%s memory usage %s is %.0f%% of its %s limit (the memory guard limits backends from %.0f%%)",
+					 limit_source_names[l.source], fmt_bytes(b1, sizeof(b1), l.usage),
+					 100.0 * l.usage / l.limit, fmt_bytes(b2, sizeof(b2), l.limit),
+					 100.0 * guard_engage(l.limit) / l.limit);
+		}
+	}
 	if (monitor_enabled && need <= 0 && monitor_psi > 0 && l.psi >= monitor_psi &&
 		(last_psi_round == 0 || mono - last_psi_round >= (int64) GM_MONITOR_PSI_ROUND_MS * 1000))
 	{
@@ -1433,7 +1491,7 @@ glibc_malloc_guard(PG_FUNCTION_ARGS)
 	values[j] = Int64GetDatum(c.usage_bytes);
 	nulls[j++] = c.usage_bytes < 0 || c.checked_at == 0;
 	values[j] = Int64GetDatum(guard_target(c.limit_bytes));
-	nulls[j++] = c.limit_bytes < 0 || c.checked_at == 0;
+	nulls[j++] = c.limit_bytes < 0 || c.checked_at == 0 || strncmp(c.source, "cgroup", 6) != 0;
 	values[j] = Int64GetDatum(c.guard_headroom);
 	nulls[j++] = c.guard_headroom < 0 || !c.guard_engaged;
 	values[j++] = Int32GetDatum(c.guard_limited);
@@ -1561,9 +1619,12 @@ glibc_malloc_processes(PG_FUNCTION_ARGS)
 		if (local == NULL || (pids[i - 1] = local->backendStatus.st_procpid) == 0)
 			continue;
 		/* A background worker by its type, as pg_stat_activity does. */
+		/* (its result is a static buffer: copied) */
 		if (local->backendStatus.st_backendType != B_BG_WORKER ||
 			(types[i - 1] = GetBackgroundWorkerTypeByPid(pids[i - 1])) == NULL)
 			types[i - 1] = GetBackendTypeDesc(local->backendStatus.st_backendType);
+		else
+			types[i - 1] = pstrdup(types[i - 1]);
 	}
 
 	process_row(rsinfo, PostmasterPid, "postmaster", NULL);

@@ -530,6 +530,20 @@ snapshot_proc(const GmSnapshot *s)
 	return proc->pid == s->pid ? proc : NULL;
 }
 
+/*
+ * Whether the process of snapshot s waits for its client's next command
+ * (wait event ClientRead, reported whatever track_activities says from
+ * PostgreSQL 14; on 13 only with it on): for the memory guard, which has
+ * no pgstat snapshot.  False if it is gone.
+ */
+bool
+gm_shmem_waits_for_client(const GmSnapshot *s)
+{
+	PGPROC	   *proc = snapshot_proc(s);
+
+	return proc != NULL && proc->wait_event_info == WAIT_EVENT_CLIENT_READ;
+}
+
 /* Whether the caller may trim the process of snapshot s (trim_refusal's rules); false if it is gone. */
 bool
 gm_shmem_may_trim(const GmSnapshot *s)
@@ -737,21 +751,39 @@ gm_shmem_limits(int slotno, int pid, int64 *orig, int64 *own, int64 *guard, bool
 }
 
 /*
- * The monitor: set the guard's limit for the process in slot slotno, and
- * return the soft limit it should now have (the lowest of the three).
+ * The monitor: set the guard's limit for pid in slot slotno.  Returns the
+ * soft limit the process should now have (the lowest of the three), or -1
+ * if the slot is no longer pid's (then nothing is left in it).
  */
 int64
-gm_shmem_set_guard_limit(int slotno, int64 limit)
+gm_shmem_set_guard_limit(int slotno, int pid, int64 limit)
 {
 	GmSlot	   *slot = &shared->slots[slotno];
+	uint64		expected = (uint64) limit;
 	int64		orig;
 	int64		own;
 
 	pg_atomic_write_u64(&slot->guard_limit, limit);
 	pg_atomic_fetch_add_u32(&slot->requests, 0);	/* a full barrier */
+	if (slot->snap.pid != pid)
+	{
+		/* A new process took the slot meanwhile: take the limit back. */
+		(void) pg_atomic_compare_exchange_u64(&slot->guard_limit, &expected, GM_NO_LIMIT);
+		return -1;
+	}
 	orig = (int64) pg_atomic_read_u64(&slot->orig_limit);
 	own = (int64) pg_atomic_read_u64(&slot->own_limit);
 	return Min(orig, Min(own, limit));
+}
+
+/* The process's own limit in slot slotno (GM_NO_LIMIT: none). */
+int64
+gm_shmem_slot_own_limit(int slotno)
+{
+	GmSlot	   *slot = &shared->slots[slotno];
+
+	return Min((int64) pg_atomic_read_u64(&slot->orig_limit),
+			   (int64) pg_atomic_read_u64(&slot->own_limit));
 }
 
 /* Count an out-of-memory error under the module's limits (guard: the guard's). */

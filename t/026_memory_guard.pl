@@ -128,5 +128,9 @@ like($log, qr/LOG:  glibc_malloc memory guard: lowered \d+ limits?: headroom \d+
 	'the monitor logs each tightening with the numbers');
 my $view = $node->safe_psql('postgres', 'SELECT enabled, rounds > 0, limits_lowered > 0, guard_errors FROM glibc_malloc_guard');
 is($view, "t|t|t|$errors", 'glibc_malloc_guard counts the rounds, the limits lowered and exactly the ERRORs seen');
+# Once the bursts are over the guard lifts every limit it set.
+ok(wait_for(sub { $node->safe_psql('postgres', 'SELECT NOT engaged FROM glibc_malloc_guard') eq 't' }, 10), 'the guard disengages');
+is($node->safe_psql('postgres', "SELECT count(*) FROM glibc_malloc_processes WHERE guard_limit_bytes IS NOT NULL OR (guarded AND data_limit_bytes IS NOT NULL)"),
+	0, 'and no process keeps a guard limit, in shared memory or in force');
 $node->stop('fast');
 done_testing();

@@ -122,6 +122,7 @@ note join ', ', map { "$_: " . ($by_kind{$_}{error} // 0) . ' ERROR, ' . ($by_ki
 cmp_ok($errors, '>=', $runs / 4, 'the limits were tight enough that many statements failed for lack of memory');
 cmp_ok($ok, '>=', 1, 'and loose enough that some ran');
 is($other, 0, 'no failure other than out of memory');
+is($fatals, 0, 'none of them FATAL: the sessions go on');
 unlike($log, qr/PANIC/, 'no PANIC');
 unlike($log, qr/TRAP:|failed Assert/, 'no failed assertion');
 unlike($log, qr/terminated by signal|all server processes terminated|database system was interrupted/, 'no crash, no restart');
