@@ -147,7 +147,7 @@ gm_guard_error_hint(ErrorData *edata)
 	int64		hard;
 	int64		vm;
 	bool		by_guard;
-	GmMonitorState *monitor;
+	int64		engaged_at;
 	char		lim[32];
 	char		used[32];
 	char		extra[32];
@@ -166,13 +166,12 @@ gm_guard_error_hint(ErrorData *edata)
 	 * ago (the monitor may have lifted or raised the limit since the
 	 * allocation failed); else the cap's if it is the limit in force.
 	 */
-	monitor = gm_shmem_monitor();
+	engaged_at = gm_shmem_guard_engaged_at();
 	if (guard < own_limit)
 		by_guard = true;
 	else if (own_limit != GM_NO_LIMIT && soft == own_limit)
 		by_guard = false;
-	else if (monitor != NULL && monitor->guard_engaged_at != 0 &&
-			 gm_monotonic_usec() - monitor->guard_engaged_at < GM_GUARD_RECENT_USEC)
+	else if (engaged_at != 0 && gm_monotonic_usec() - engaged_at < GM_GUARD_RECENT_USEC)
 		by_guard = true;
 	else
 		return;					/* not one of ours */

@@ -786,6 +786,30 @@ gm_shmem_slot_own_limit(int slotno)
 			   (int64) pg_atomic_read_u64(&slot->own_limit));
 }
 
+/*
+ * When the memory guard last had limits set (gm_monotonic_usec(); 0 =
+ * never), read under the monitor's change counter (no torn 64-bit read on
+ * 32-bit).  For emit_log_hook: no error, a bounded retry.
+ */
+int64
+gm_shmem_guard_engaged_at(void)
+{
+	GmMonitorState *st = shared ? &shared->monitor : NULL;
+
+	for (int i = 0; st != NULL && i < 1000; i++)
+	{
+		uint32		before = st->changecount;
+		int64		at;
+
+		pg_read_barrier();
+		at = st->guard_engaged_at;
+		pg_read_barrier();
+		if (before == st->changecount && (before & 1) == 0)
+			return at;
+	}
+	return 0;
+}
+
 /* Count an out-of-memory error under the module's limits (guard: the guard's). */
 void
 gm_shmem_count_oom(bool guard)
