@@ -1376,40 +1376,49 @@ gm_monitor_define_gucs(void)
 							   check_monitor_cgroup, NULL, NULL);
 }
 
+/*
+ * For the SQL functions: a consistent copy of the monitor's state (under
+ * its change counter) into *c, and the result row type of natts columns.
+ */
+static void
+monitor_state_for_sql(FunctionCallInfo fcinfo, GmMonitorState *c, TupleDesc *tupdesc, int natts)
+{
+	GmMonitorState *st = gm_shmem_monitor();
+
+	if (st == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("glibc_malloc must be loaded via shared_preload_libraries to run the memory monitor")));
+	if (get_call_result_type(fcinfo, NULL, tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	if ((*tupdesc)->natts != natts)
+		elog(ERROR, "incorrect number of output arguments");
+	for (;;)
+	{
+		uint32		before = st->changecount;
+
+		pg_read_barrier();
+		memcpy(c, st, sizeof(*c));
+		pg_read_barrier();
+		if (before == st->changecount && (before & 1) == 0)
+			break;
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
 PG_FUNCTION_INFO_V1(glibc_malloc_monitor);
 
 /* glibc_malloc_monitor(): the monitor's state, one row. */
 Datum
 glibc_malloc_monitor(PG_FUNCTION_ARGS)
 {
-	GmMonitorState *st = gm_shmem_monitor();
 	GmMonitorState c;
 	TupleDesc	tupdesc;
 	Datum		values[18];
 	bool		nulls[18] = {0};
 	int			j = 0;
 
-	if (st == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("glibc_malloc must be loaded via shared_preload_libraries to run the memory monitor")));
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
-	if (tupdesc->natts != lengthof(values))
-		elog(ERROR, "incorrect number of output arguments");
-
-	for (;;)
-	{
-		uint32		before = st->changecount;
-
-		pg_read_barrier();
-		memcpy(&c, st, sizeof(c));
-		pg_read_barrier();
-		if (before == st->changecount && (before & 1) == 0)
-			break;
-		CHECK_FOR_INTERRUPTS();
-	}
-
+	monitor_state_for_sql(fcinfo, &c, &tupdesc, lengthof(values));
 	values[j] = Int32GetDatum(c.pid);
 	nulls[j++] = c.pid == 0;
 	/* The monitor's settings, not this backend's: it may not have reloaded yet. */
@@ -1452,7 +1461,6 @@ PG_FUNCTION_INFO_V1(glibc_malloc_guard);
 Datum
 glibc_malloc_guard(PG_FUNCTION_ARGS)
 {
-	GmMonitorState *st = gm_shmem_monitor();
 	GmMonitorState c;
 	TupleDesc	tupdesc;
 	Datum		values[13];
@@ -1461,26 +1469,7 @@ glibc_malloc_guard(PG_FUNCTION_ARGS)
 	int64		guard_errors;
 	int			j = 0;
 
-	if (st == NULL)
-		ereport(ERROR,
-				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				 errmsg("glibc_malloc must be loaded via shared_preload_libraries to run the memory guard")));
-	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "return type must be a row type");
-	if (tupdesc->natts != lengthof(values))
-		elog(ERROR, "incorrect number of output arguments");
-
-	for (;;)
-	{
-		uint32		before = st->changecount;
-
-		pg_read_barrier();
-		memcpy(&c, st, sizeof(c));
-		pg_read_barrier();
-		if (before == st->changecount && (before & 1) == 0)
-			break;
-		CHECK_FOR_INTERRUPTS();
-	}
+	monitor_state_for_sql(fcinfo, &c, &tupdesc, lengthof(values));
 	gm_shmem_oom_counts(&cap_errors, &guard_errors);
 
 	values[j] = BoolGetDatum(c.guard_enabled);

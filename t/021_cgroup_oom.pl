@@ -15,9 +15,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
 
-my $cg = $ENV{GM_TEST_CGROUP_V1};
-plan skip_all => 'needs a writable cgroup v1 memory directory in GM_TEST_CGROUP_V1 (scripts/test makes one when run as root)'
-  unless $cg && -w "$cg/cgroup.procs" && -w "$cg/memory.limit_in_bytes";
+my $cg = test_cgroup_v1();
 
 my $MB = 2**20;
 my $limit = ($ENV{GM_TEST_OOM_LIMIT_MB} // 400) * $MB;
@@ -28,14 +26,6 @@ my $limit = ($ENV{GM_TEST_OOM_LIMIT_MB} // 400) * $MB;
 my $fraction = $ENV{GM_TEST_OOM_FRACTION};
 my $connections = 60;
 my $big_sort = workload('big_sort');
-
-sub write_file
-{
-	my ($path, $value) = @_;
-	open my $fh, '>', $path or die "$path: $!";
-	print $fh "$value\n";
-	close $fh or die "$path: $!";
-}
 
 sub read_file { my $v = slurp_file($_[0]); chomp $v; return $v }
 
@@ -51,18 +41,8 @@ sub start_in_cgroup
 	$node->append_conf('postgresql.conf', "glibc_malloc.memory_monitor = $monitor\n");
 	$node->start;
 	# No swap for its pages: the limit must end in the OOM killer, not in swap.
-	write_file("$cg/memory.swappiness", 0);
-	write_file("$cg/memory.limit_in_bytes", $limit);
-	write_file("$cg/memory.memsw.limit_in_bytes", $limit) if -w "$cg/memory.memsw.limit_in_bytes";
-	write_file("$cg/memory.max_usage_in_bytes", 0);
-	write_file("$cg/cgroup.procs", postmaster_pid());
+	enter_cgroup_v1($node, $cg, $limit);
 	$node->safe_psql('postgres', 'CREATE EXTENSION IF NOT EXISTS glibc_malloc');
-}
-
-# The first line of postmaster.pid.
-sub postmaster_pid
-{
-	return (split /\n/, slurp_file($node->data_dir . '/postmaster.pid'))[0];
 }
 
 # The fleet: each connection sorts once, then every connection so far runs

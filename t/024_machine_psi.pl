@@ -18,15 +18,13 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time sleep);
 
-my $cg = $ENV{GM_TEST_CGROUP_V1};
-plan skip_all => 'needs a writable cgroup v1 memory directory in GM_TEST_CGROUP_V1 (scripts/test makes one when run as root)'
-  unless $cg && -w "$cg/cgroup.procs";
+my $cg = test_cgroup_v1();
 plan skip_all => 'no /proc/pressure/memory (kernel without PSI)' unless -r '/proc/pressure/memory';
 
 my $MB = 2**20;
 my $dir = PostgreSQL::Test::Utils::tempdir;
 
-sub write_file
+sub write_text
 {
 	my ($path, $text) = @_;
 	open my $fh, '>', $path or die "$path: $!";
@@ -38,9 +36,9 @@ sub machine_psi { (slurp_file('/proc/pressure/memory') =~ /^some avg10=([\d.]+)/
 
 # The server's cgroup, as the monitor reads it: v1, 100 MB of 1000 MB.
 mkdir "$dir/v1";
-write_file("$dir/v1/memory.usage_in_bytes", 100 * $MB . "\n");
-write_file("$dir/v1/memory.limit_in_bytes", 1000 * $MB . "\n");
-write_file("$dir/v1/memory.stat", "total_active_file 0\ntotal_inactive_file 0\n");
+write_text("$dir/v1/memory.usage_in_bytes", 100 * $MB . "\n");
+write_text("$dir/v1/memory.limit_in_bytes", 1000 * $MB . "\n");
+write_text("$dir/v1/memory.stat", "total_active_file 0\ntotal_inactive_file 0\n");
 
 my $node = new_node('psi', "work_mem = '32MB'\nglibc_malloc.preset = 'greedy'\nglibc_malloc.monitor_cgroup = '$dir/v1'\n");
 my $big_sort = workload('big_sort');
@@ -58,13 +56,13 @@ ok(wait_for(sub { (split /\|/, monitor_row())[4] > 8 * $MB }, 5), 'the monitor s
 # and over, so its page cache is reclaimed and refaulted all the time.
 my $hog = "$cg/psi_hog.$$";
 mkdir $hog or die "$hog: $!";
-write_file("$hog/memory.limit_in_bytes", 32 * $MB);
+write_text("$hog/memory.limit_in_bytes", 32 * $MB);
 my $file = "$dir/hogfile";
 my $pid = fork // die;
 if ($pid == 0)
 {
 	setpgrp;    # its cat processes too are killed with the group
-	write_file("$hog/cgroup.procs", $$);
+	write_text("$hog/cgroup.procs", $$);
 	system('dd', 'if=/dev/zero', "of=$file", 'bs=1M', 'count=256', 'status=none');
 	my $end = time + 40;
 	system("cat '$file' > /dev/null") while time < $end;

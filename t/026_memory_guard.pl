@@ -19,9 +19,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(sleep);
 
-my $cg = $ENV{GM_TEST_CGROUP_V1};
-plan skip_all => 'needs a writable cgroup v1 memory directory in GM_TEST_CGROUP_V1 (scripts/test makes one when run as root)'
-  unless $cg && -w "$cg/cgroup.procs" && -w "$cg/memory.limit_in_bytes";
+my $cg = test_cgroup_v1();
 
 my $MB = 2**20;
 my $limit = 400 * $MB;
@@ -29,22 +27,11 @@ my $K = 4;			# each sort peaks near 150 MB: together 1.5 times the limit
 my $bursts = $ENV{GM_TEST_GUARD_BURSTS} // 10;
 my $big = "SELECT count(*) FROM (SELECT md5(i::text) FROM generate_series(1, 1000000) i ORDER BY 1) s";
 
-sub write_file
-{
-	my ($path, $value) = @_;
-	open my $fh, '>', $path or die "$path: $!";
-	print $fh "$value\n";
-	close $fh or die "$path: $!";
-}
-
 sub oom_kills { (slurp_file("$cg/memory.oom_control") =~ /oom_kill (\d+)/)[0] // 0 }
 
 my $node = new_node('guard', "restart_after_crash = on\nshared_buffers = 16MB\n", no_start => 1);
 $node->start;
-write_file("$cg/memory.swappiness", 0);
-write_file("$cg/memory.limit_in_bytes", $limit);
-write_file("$cg/memory.memsw.limit_in_bytes", $limit) if -w "$cg/memory.memsw.limit_in_bytes";
-write_file("$cg/cgroup.procs", (split /\n/, slurp_file($node->data_dir . '/postmaster.pid'))[0]);
+enter_cgroup_v1($node, $cg, $limit);
 $node->safe_psql('postgres', 'CREATE EXTENSION glibc_malloc');
 
 # One burst: K sessions start the big sort at once, then each runs a small

@@ -16,7 +16,8 @@ use Test::More;
 use Time::HiRes qw(usleep);
 
 our @EXPORT = qw(new_node workload seed_sort_table seed_sort glibc_params glibc_var rss_anon
-  count_syscalls settings_of parallel_option wait_for check_clean_server test_module);
+  count_syscalls settings_of parallel_option wait_for check_clean_server test_module
+  write_file test_cgroup_v1 enter_cgroup_v1);
 
 # A workload's SQL from bench/NAME.sql (shared with the benchmark and the
 # demo), without its final semicolon.
@@ -159,6 +160,39 @@ sub test_module
 		'<', \undef, '>', \$out, '2>', \$err)
 	  or die "cannot build t/modules/$name.c:\n$out$err";
 	return $so;
+}
+
+# Write $value and a newline to $path (a cgroup or /proc file).
+sub write_file
+{
+	my ($path, $value) = @_;
+	open my $fh, '>', $path or die "$path: $!";
+	print $fh "$value\n";
+	close $fh or die "$path: $!";
+}
+
+# The cgroup v1 memory directory the test may use (GM_TEST_CGROUP_V1,
+# writable by the test's user: scripts/test makes one as root); skips the
+# whole test without one.
+sub test_cgroup_v1
+{
+	my $cg = $ENV{GM_TEST_CGROUP_V1};
+	plan skip_all => 'needs a writable cgroup v1 memory directory in GM_TEST_CGROUP_V1 (scripts/test makes one when run as root)'
+	  unless $cg && -w "$cg/cgroup.procs" && -w "$cg/memory.limit_in_bytes";
+	return $cg;
+}
+
+# Limit the cgroup v1 memory directory $cg to $limit bytes without swap,
+# and move $node's postmaster into it: the backends it forks from then on
+# are charged there.
+sub enter_cgroup_v1
+{
+	my ($node, $cg, $limit) = @_;
+	write_file("$cg/memory.swappiness", 0);
+	write_file("$cg/memory.limit_in_bytes", $limit);
+	write_file("$cg/memory.memsw.limit_in_bytes", $limit) if -w "$cg/memory.memsw.limit_in_bytes";
+	write_file("$cg/memory.max_usage_in_bytes", 0);
+	write_file("$cg/cgroup.procs", (split /\n/, PostgreSQL::Test::Utils::slurp_file($node->data_dir . '/postmaster.pid'))[0]);
 }
 
 # Poll $cond until it is true or $seconds pass; returns its last result.
