@@ -108,7 +108,8 @@ PGDLLEXPORT void glibc_malloc_monitor_main(Datum arg);
 #define GM_GUARD_FLOOR		(32 * MB)	/* a process not working may add this,
 										 * while half the budget covers it */
 #define GM_GUARD_GROWING	MB		/* grew this much in a window: working */
-#define GM_GUARD_SLACK		(4 * MB)	/* smaller raises are not applied */
+#define GM_GUARD_SLACK		(4 * MB)	/* smaller raises wait, while the limit
+										 * leaves this much above VmData */
 #define GM_GUARD_TICK_MS	50		/* how often the monitor looks while engaged */
 
 /* GUCs (SIGHUP: the monitor is server-wide policy). */
@@ -212,8 +213,6 @@ typedef struct GmGuardCand
 	int64		vmdata;
 	int64		rss;			/* RssAnon */
 	int64		growth;			/* VmData's growth in the last window */
-	int64		free_heap;		/* its resident free heap (snapshot) */
-	bool		signalable;		/* serves the monitor's trim requests */
 	int64		allow;			/* what it may map more: this tick's grant */
 	bool		growing;
 } GmGuardCand;
@@ -771,7 +770,7 @@ guard_set(int slot, int pid, int64 limit)
 
 	guarded[slot].pid = limit == GM_NO_LIMIT ? 0 : pid;
 	guarded[slot].limit = limit;
-	if ((want = gm_shmem_set_guard_limit(slot, pid, limit)) < 0)
+	if (gm_shmem_set_guard_limit(slot, pid, limit) < 0)
 	{
 		guarded[slot].pid = 0;	/* it left its slot */
 		return false;
@@ -785,21 +784,24 @@ guard_set(int slot, int pid, int64 limit)
 	for (int i = 0; i < 3; i++)
 	{
 		own = gm_shmem_slot_own_limit(slot);
+		want = Min(limit, own);
 		if (gm_set_data_limit(pid, want) < 0)
 		{
 			int			save_errno = errno;
 
-			/* Gone, or not allowed (a security module): say so once. */
-			if (!warned && kill(pid, 0) == 0 && (errno = save_errno) != 0)
+			/* Not allowed (a security module): say so once; gone: nothing. */
+			if (!warned && kill(pid, 0) == 0)
+			{
+				errno = save_errno;
 				ereport(WARNING,
 						(errmsg("glibc_malloc memory guard: could not set the data size limit of process %d: %m", pid),
 						 errhint("The guard needs prlimit(2) on the server's processes.")));
-			warned = true;
+				warned = true;
+			}
 			return false;
 		}
 		if (gm_shmem_slot_own_limit(slot) == own)
 			break;
-		want = Min(limit, gm_shmem_slot_own_limit(slot));
 	}
 	return true;
 }
@@ -835,6 +837,19 @@ guard_engage(int64 limit)
 	return guard_target(limit) - (int64) (GM_GUARD_ENGAGE * limit);
 }
 
+/* The free heap asked for and not returned yet, within the grace period. */
+static int64
+asked_pending(void)
+{
+	int64		mono = gm_monotonic_usec();
+	int64		bytes = 0;
+
+	for (int i = 0; i < nslots; i++)
+		if (asked[i].pid != 0 && mono - asked[i].asked_at < (int64) GM_MONITOR_GRACE_MS * 1000)
+			bytes += asked[i].bytes;
+	return bytes;
+}
+
 /* qsort: smallest VmData first. */
 static int
 cmp_vmdata_asc(const void *a, const void *b)
@@ -854,11 +869,10 @@ cmp_vmdata_asc(const void *a, const void *b)
  * working processes have mapped but not resident (VmData minus RssAnon:
  * heap a trim returned, chunks not touched yet) can become resident
  * without a new mapping, which no limit stops: it comes off the headroom
- * first; the resident free heap of the others comes back when the monitor
- * asks (it asks while the guard is engaged) and counts as headroom; the
- * rest is the budget for new mappings until the next look.
- * Processes waiting for their client that did not grow over the last
- * window (not working) may map
+ * first; the free heap the monitor asked for (it asks while the guard is
+ * engaged) and was not returned yet counts as headroom; the rest is the
+ * budget for new mappings until the next look.
+ * Processes that did not grow over the last window (not working) may map
  * GM_GUARD_FLOOR more each, from at most half of the budget.  Working
  * processes share the rest, the smallest first: each in turn may map twice
  * its last window's growth, while the budget lasts; what is left then goes
@@ -869,7 +883,8 @@ cmp_vmdata_asc(const void *a, const void *b)
  * the small ones go on, and of equal queries as many complete as the
  * budget allows.  At the target the budget is 0: no guarded process may
  * map more.  Limits are never set below what a process has mapped; a
- * raise smaller than GM_GUARD_SLACK waits (a lowering never does).
+ * raise smaller than GM_GUARD_SLACK waits while the limit leaves at least
+ * that much room (a lowering never waits).
  */
 static void
 guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
@@ -929,9 +944,8 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 		c = &cands[ncand];
 		if ((vm = gm_proc_status_bytes(s->pid, "VmData:")) < 0)
 			continue;
-		c->rss = gm_proc_status_bytes(s->pid, "RssAnon:");
-		c->free_heap = Max(gm_snapshot_free_heap(s), 0);
-		c->signalable = s->signalable;
+		if ((c->rss = gm_proc_status_bytes(s->pid, "RssAnon:")) < 0)
+			continue;			/* gone meanwhile */
 		ncand++;
 		c->slot = s->slot;
 		c->pid = s->pid;
@@ -957,12 +971,12 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 			g->ref_at = mono;
 		}
 		/*
-		 * Working: running a statement (not waiting for its client), or
-		 * grew lately.  A process not measured lately (the usage jumped)
-		 * has no growth yet.
+		 * Working: grew over the last window, or since it began; a process
+		 * not measured lately (the usage jumped) has no growth yet, and is
+		 * working if it runs a statement (not waiting for its client).
 		 */
 		c->growth = g->growth == GM_GROWTH_UNKNOWN ? 0 : Max(g->growth, 0);
-		c->growing = !gm_shmem_waits_for_client(s) ||
+		c->growing = (g->growth == GM_GROWTH_UNKNOWN && !gm_shmem_waits_for_client(s)) ||
 			(g->growth != GM_GROWTH_UNKNOWN && g->growth >= GM_GUARD_GROWING) ||
 			vm - g->ref_vmdata >= GM_GUARD_GROWING;
 		c->allow = 0;
@@ -987,15 +1001,14 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 			 * Working processes reuse what they have mapped but not
 			 * resident first.  Those not working hold it too (heap a trim
 			 * gave back), but would only reuse it when they run a query:
-			 * not reserved.  Their resident free heap comes back when the
-			 * monitor asks, which it does while the guard is engaged: it
-			 * counts as headroom.
+			 * not reserved.  The free heap the monitor asked for and was
+			 * not returned yet (it asks while the guard is engaged) comes
+			 * back: it counts as headroom.
 			 */
 			if (cands[i].growing)
 				budget -= Max(cands[i].vmdata - cands[i].rss, 0);
-			else if (cands[i].signalable)
-				budget += cands[i].free_heap;
 		}
+		budget += asked_pending();
 		budget = Max(budget, 0);
 		qsort(cands, ncand, sizeof(GmGuardCand), cmp_vmdata_asc);
 		/* The others: the floor, from at most half of the budget ... */
@@ -1045,6 +1058,7 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 
 			if (g->pid == c->pid && g->limit != GM_NO_LIMIT &&
 				want >= g->limit && want - g->limit < GM_GUARD_SLACK &&
+				g->limit - c->vmdata >= GM_GUARD_SLACK &&
 				gm_shmem_limits(c->slot, c->pid, &orig, &own, &cur, NULL) &&
 				gm_data_limit(c->pid, &soft, &hard) && soft == Min(orig, Min(own, cur)))
 			{

@@ -81,21 +81,20 @@ isnt((data_limit($pid))[0], 'unlimited', 'SET LOCAL applies at the next statemen
 $s->query_safe('COMMIT');
 is(run_err($s, 'CREATE INDEX big_m ON big (m)'), '', 'a CREATE INDEX after the transaction runs without its cap');
 is((data_limit($pid))[0], 'unlimited', 'which is gone');
-$s->query_safe("SET glibc_malloc.max_backend_memory = '4MB'");
-like(run_err($s, 'REINDEX INDEX big_m'), qr/ERROR:  out of memory.*HINT:  glibc_malloc\.max_backend_memory/s,
-	'and a utility statement right after SET runs under the new cap');
+like(run_err($s, "BEGIN; SET LOCAL glibc_malloc.max_backend_memory = '4MB'; REINDEX INDEX big_m"),
+	qr/ERROR:  out of memory.*HINT:  glibc_malloc\.max_backend_memory/s,
+	'and a utility statement right after SET LOCAL, in the same transaction, runs under the new cap');
 $errors_expected++;
-$s->query_safe('RESET glibc_malloc.max_backend_memory');
+$s->query_safe('ROLLBACK');
 
 # Parallel workers take the cap with the leader's settings: a worker's
 # sort fails with the HINT, relayed by the leader; the session goes on.
-my $par = parallel_option($node);
 like(run_err($s, "SET max_parallel_workers_per_gather = 2; SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0;"
 	  . " SET min_parallel_table_scan_size = 0; SET parallel_leader_participation = off; SET work_mem = '1GB';"
 	  . " SET glibc_malloc.max_backend_memory = '4MB'; SELECT count(*) FROM (SELECT m FROM big ORDER BY m OFFSET 1) s"),
 	qr/ERROR:  out of memory.*HINT:  glibc_malloc\.max_backend_memory.*CONTEXT:  parallel worker/s,
 	"a parallel worker's sort past the cap: the ERROR and the HINT, from the worker");
-$errors_expected++;
+$errors_expected++;		# at least one worker's; both may fail
 $s->query_safe('RESET ALL');
 is($s->query_safe($small), 20000, 'the session runs its next query');
 $s->quit;
@@ -172,13 +171,14 @@ SKIP:
 	my ($ret, $out, $jerr) = $node->psql('postgres', "SET jit = on; SET jit_above_cost = 0; SET jit_inline_above_cost = 0; SET jit_optimize_above_cost = 0;"
 		  . " SET glibc_malloc.max_backend_memory = '12MB'; SELECT g, sum(i) FROM j GROUP BY g ORDER BY 1 LIMIT 1");
 	note "JIT under a 12MB cap: " . ($jerr || 'no error');
-	$errors_expected++ if $jerr =~ /FATAL:  out of memory\nDETAIL:  while in LLVM/;
+	$errors_expected++ if $jerr =~ /(FATAL|ERROR):  out of memory/;
 	unlike($jerr, qr/PANIC/, 'JIT past the cap: no PANIC');
 	is($node->safe_psql('postgres', 'SELECT 1'), 1, 'the server goes on');
 }
 
-cmp_ok($node->safe_psql('postgres', 'SELECT max_backend_memory_errors FROM glibc_malloc_guard'), '==', $errors_expected,
-	"glibc_malloc_guard counts the $errors_expected errors under the cap");
+my $counted = $node->safe_psql('postgres', 'SELECT max_backend_memory_errors FROM glibc_malloc_guard');
+cmp_ok($counted, '>=', $errors_expected, "glibc_malloc_guard counts the $errors_expected errors under the cap");
+cmp_ok($counted, '<=', $errors_expected + 1, 'and no more (the second parallel worker may fail too)');
 my $log = slurp_file($node->logfile);
 unlike($log, qr/PANIC|terminated by signal|TRAP|all server processes terminated/, 'no crash, no PANIC, no restart');
 $node->stop;
