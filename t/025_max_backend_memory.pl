@@ -81,7 +81,9 @@ isnt((data_limit($pid))[0], 'unlimited', 'SET LOCAL applies at the next statemen
 $s->query_safe('COMMIT');
 is(run_err($s, 'CREATE INDEX big_m ON big (m)'), '', 'a CREATE INDEX after the transaction runs without its cap');
 is((data_limit($pid))[0], 'unlimited', 'which is gone');
-like(run_err($s, "BEGIN; SET LOCAL glibc_malloc.max_backend_memory = '4MB'; REINDEX INDEX big_m"),
+# (Without parallel workers: those of CREATE INDEX start no executor and
+# are not covered, docs/guard.md; PostgreSQL 18 plans them for this index.)
+like(run_err($s, "BEGIN; SET LOCAL max_parallel_maintenance_workers = 0; SET LOCAL glibc_malloc.max_backend_memory = '4MB'; REINDEX INDEX big_m"),
 	qr/ERROR:  out of memory.*HINT:  glibc_malloc\.max_backend_memory/s,
 	'and a utility statement right after SET LOCAL, in the same transaction, runs under the new cap');
 $errors_expected++;
