@@ -25,6 +25,7 @@
 #endif
 
 #include "utils/guc.h"
+#include "utils/memutils.h"
 
 #include "glibc_malloc.h"
 
@@ -355,6 +356,26 @@ gm_proc_status_bytes(int pid, const char *key)
 	}
 	close(fd);
 	return digits ? kb * 1024 : -1;
+}
+
+/*
+ * The bytes in use in a memory context tree: its blocks minus their free
+ * space, as tuplesort and hash tables count their own memory (EXPLAIN
+ * ANALYZE's figures), not the blocks allocated for it.  Walks every free
+ * list of every context in the tree: for one statement's tree, cheap.
+ */
+int64
+gm_context_used(MemoryContext cxt)
+{
+	MemoryContextCounters c;
+	int64		used;
+
+	memset(&c, 0, sizeof(c));
+	GM_CONTEXT_STATS(cxt, &c);
+	used = (int64) c.totalspace - (int64) c.freespace;
+	for (MemoryContext child = cxt->firstchild; child != NULL; child = child->nextchild)
+		used += gm_context_used(child);
+	return used;
 }
 
 /* This process's RssAnon in bytes; -1 if unknown.  Async-signal-safe. */

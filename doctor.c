@@ -138,26 +138,6 @@ static GmStatementStart statement_starts[GM_STATEMENT_SLOTS];
 static int	next_statement_slot = 0;
 static bool any_statement_start = false;	/* a slot may be taken */
 
-/*
- * The bytes in use in a memory context tree: its blocks minus their free
- * space, as tuplesort and hash tables count their own memory (EXPLAIN
- * ANALYZE's figures), not the blocks allocated for it.  Walks every free
- * list of every context in the tree: for one statement's tree, cheap.
- */
-static int64
-context_used(MemoryContext cxt)
-{
-	MemoryContextCounters c;
-	int64		used;
-
-	memset(&c, 0, sizeof(c));
-	GM_CONTEXT_STATS(cxt, &c);
-	used = (int64) c.totalspace - (int64) c.freespace;
-	for (MemoryContext child = cxt->firstchild; child != NULL; child = child->nextchild)
-		used += context_used(child);
-	return used;
-}
-
 /* "41 MB", "1.2 GB": bytes as the doctor's reasons print them. */
 static char *
 pretty_bytes(int64 bytes)
@@ -399,7 +379,7 @@ gm_doctor_statement_end(QueryDesc *queryDesc, bool want)
 		(log_min_executor_memory < 0 && !gm_shmem_publishing() && !want))
 		return -1;
 	bytes = (int64) MemoryContextMemAllocated(queryDesc->estate->es_query_cxt, true);
-	gm_shmem_note_executor(bytes);
+	gm_shmem_note_executor(bytes, (int64) queryDesc->plannedstmt->queryId);
 	if (log_min_executor_memory < 0 || bytes < (int64) log_min_executor_memory * 1024)
 		return bytes;
 
@@ -426,7 +406,7 @@ gm_doctor_statement_end(QueryDesc *queryDesc, bool want)
 
 	ereport(LOG,
 			(errmsg("glibc_malloc: statement used " INT64_FORMAT " kB of executor memory, " INT64_FORMAT " kB allocated",
-					context_used(queryDesc->estate->es_query_cxt) / 1024, bytes / 1024),
+					gm_context_used(queryDesc->estate->es_query_cxt) / 1024, bytes / 1024),
 			 errdetail_internal("log_min_executor_memory is %d kB; glibc %s", log_min_executor_memory, delta.data),
 			 errhidestmt(true)));
 	return bytes;

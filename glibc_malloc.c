@@ -37,6 +37,9 @@
  *						and transaction end; an "out of
  *						memory" under the module's limits gets a HINT
  *						(emit_log_hook)
+ *	statements			(planner, executor and ProcessUtility hooks, which
+ *						keep the nesting level as pg_stat_statements does)
+ *						each statement's memory into glibc_malloc_statements
  *	settings change		(assign hooks, also at GUC rollback) re-plan: at once
  *						if that only sets the timer, else at the next
  *						statement start or transaction end
@@ -52,6 +55,7 @@
 #include "executor/executor.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "optimizer/planner.h"
 #include "storage/ipc.h"
 #include "tcop/utility.h"
 #include "utils/guc.h"
@@ -65,6 +69,9 @@ void		_PG_init(void);
 
 static ExecutorStart_hook_type prev_ExecutorStart = NULL;
 static ExecutorEnd_hook_type prev_ExecutorEnd = NULL;
+static ExecutorRun_hook_type prev_ExecutorRun = NULL;
+static ExecutorFinish_hook_type prev_ExecutorFinish = NULL;
+static planner_hook_type prev_planner = NULL;
 static emit_log_hook_type prev_emit_log_hook = NULL;
 static ProcessUtility_hook_type prev_ProcessUtility = NULL;
 
@@ -103,6 +110,12 @@ static volatile sig_atomic_t released_since_reuse = true;
  */
 static TimestampTz last_statement_start = 0;
 static int64 last_statement_mono = 0;	/* the same on the monotonic clock */
+
+/*
+ * Statements running in one another (functions, triggers, utility
+ * statements): 0 at the top level, as pg_stat_statements counts it.
+ */
+static int	nesting = 0;
 
 /* No statement has started since the last top-level transaction end. */
 static bool first_statement = true;
@@ -319,6 +332,7 @@ gm_ExecutorStart(QueryDesc *queryDesc, int eflags)
 {
 	statement_start();
 	gm_doctor_statement_start(queryDesc);
+	gm_statements_executor_start(queryDesc, eflags, nesting);
 	if (prev_ExecutorStart)
 		prev_ExecutorStart(queryDesc, eflags);
 	else
@@ -336,6 +350,8 @@ gm_ExecutorEnd(QueryDesc *queryDesc)
 	int64		reuse = gm_reuse_bytes();
 	int64		bytes = gm_doctor_statement_end(queryDesc, reuse > 0);
 
+	gm_statements_executor_end(queryDesc);
+
 	if (reuse > 0 && bytes >= reuse)
 	{
 		reuse_end_at = gm_monotonic_usec();
@@ -345,6 +361,73 @@ gm_ExecutorEnd(QueryDesc *queryDesc)
 		prev_ExecutorEnd(queryDesc);
 	else
 		standard_ExecutorEnd(queryDesc);
+}
+
+/* Count the nesting level around the executor's run, then chain. */
+static void
+gm_ExecutorRun(GM_ER_ARGS)
+{
+	nesting++;
+	PG_TRY();
+	{
+		if (prev_ExecutorRun)
+			prev_ExecutorRun(GM_ER_PASS);
+		else
+			standard_ExecutorRun(GM_ER_PASS);
+	}
+	PG_FINALLY();
+	{
+		nesting--;
+	}
+	PG_END_TRY();
+}
+
+/* The same around ExecutorFinish (AFTER triggers). */
+static void
+gm_ExecutorFinish(QueryDesc *queryDesc)
+{
+	nesting++;
+	PG_TRY();
+	{
+		if (prev_ExecutorFinish)
+			prev_ExecutorFinish(queryDesc);
+		else
+			standard_ExecutorFinish(queryDesc);
+	}
+	PG_FINALLY();
+	{
+		nesting--;
+	}
+	PG_END_TRY();
+}
+
+/*
+ * Planning: measured in a memory context of its own when the statement is
+ * recorded (glibc_malloc_statements); the nesting level counts it too.
+ */
+static PlannedStmt *
+gm_planner(Query *parse, const char *query_string, int cursorOptions,
+		   ParamListInfo boundParams)
+{
+	MemoryContext old = gm_statements_plan_start(parse, nesting);
+	PlannedStmt *result;
+
+	nesting++;
+	PG_TRY();
+	{
+		if (prev_planner)
+			result = prev_planner(parse, query_string, cursorOptions, boundParams);
+		else
+			result = standard_planner(parse, query_string, cursorOptions, boundParams);
+	}
+	PG_FINALLY();
+	{
+		nesting--;
+	}
+	PG_END_TRY();
+	if (old != NULL)
+		gm_statements_plan_end(old, parse, nesting);
+	return result;
 }
 
 /*
@@ -406,6 +489,7 @@ gm_xact_callback(XactEvent event, void *arg)
 			if (gm_shmem_active())
 				pend_publish = gm_shmem_transaction_end(mono, client_statement);
 			gm_doctor_transaction_end();
+			gm_statements_transaction_end();
 			gm_guard_apply();
 			replan = false;
 			plan();
@@ -417,23 +501,47 @@ gm_xact_callback(XactEvent event, void *arg)
 
 /*
  * Utility statements (COPY, CREATE INDEX, VACUUM, SET ...) never reach
- * ExecutorStart: apply a changed max_backend_memory before them too.
+ * ExecutorStart: apply a changed max_backend_memory before them too.  Those
+ * glibc_malloc_statements records (not EXECUTE, PREPARE, DEALLOCATE) count
+ * as a nesting level, as in pg_stat_statements.
  */
 static void
 gm_ProcessUtility(GM_PU_ARGS)
 {
+	GmUtilityMark mark;
+	bool		nests;
+
 	gm_guard_apply();
-	if (prev_ProcessUtility)
-		prev_ProcessUtility(GM_PU_PASS);
-	else
-		standard_ProcessUtility(GM_PU_PASS);
+	nests = gm_statements_utility_start(pstmt, nesting, &mark);
+	if (nests)
+		nesting++;
+	PG_TRY();
+	{
+		if (prev_ProcessUtility)
+			prev_ProcessUtility(GM_PU_PASS);
+		else
+			standard_ProcessUtility(GM_PU_PASS);
+	}
+	PG_FINALLY();
+	{
+		if (nests)
+			nesting--;
+	}
+	PG_END_TRY();
+	gm_statements_utility_end(&mark);
 }
 
-/* An "out of memory" under the module's limits gets a HINT; then chain. */
+/*
+ * An "out of memory" under the module's limits gets a HINT; every one
+ * counts for the statement that ran into it.  Then chain.
+ */
 static void
 gm_emit_log_hook(ErrorData *edata)
 {
-	gm_guard_error_hint(edata);
+	GmOomKind	oom = gm_guard_error_hint(edata);
+
+	if (oom != GM_OOM_NONE)
+		gm_statements_note_oom(oom == GM_OOM_LIMIT);
 	if (prev_emit_log_hook)
 		prev_emit_log_hook(edata);
 }
@@ -449,10 +557,12 @@ _PG_init(void)
 	gm_doctor_define_gucs();
 	gm_monitor_define_gucs();
 	gm_guard_define_gucs();
+	gm_statements_define_gucs();
 	MarkGUCPrefixReserved("glibc_malloc");
 	if (process_shared_preload_libraries_in_progress)
 	{
 		gm_shmem_init();
+		gm_statements_init();
 		gm_monitor_register();
 	}
 
@@ -460,6 +570,12 @@ _PG_init(void)
 	ExecutorStart_hook = gm_ExecutorStart;
 	prev_ExecutorEnd = ExecutorEnd_hook;
 	ExecutorEnd_hook = gm_ExecutorEnd;
+	prev_ExecutorRun = ExecutorRun_hook;
+	ExecutorRun_hook = gm_ExecutorRun;
+	prev_ExecutorFinish = ExecutorFinish_hook;
+	ExecutorFinish_hook = gm_ExecutorFinish;
+	prev_planner = planner_hook;
+	planner_hook = gm_planner;
 	prev_ProcessUtility = ProcessUtility_hook;
 	ProcessUtility_hook = gm_ProcessUtility;
 	prev_emit_log_hook = emit_log_hook;

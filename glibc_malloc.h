@@ -27,9 +27,11 @@
  *						the HINT of an "out of memory" under the limits
  *	   monitor.c		the memory monitor: a background worker that asks
  *						backends to return free heap under memory pressure
- *						or above glibc_malloc.max_total_free; stats.c,
- *						doctor.c, guard.c and monitor.c never call each
- *						other
+ *						or above glibc_malloc.max_total_free
+ *	   statements.c		memory per query: a shared hash keyed like
+ *						pg_stat_statements (glibc_malloc_statements);
+ *						stats.c, doctor.c, guard.c, monitor.c and
+ *						statements.c never call each other
  *	6. glibc_malloc.c	_PG_init, the hooks, and the only place that wires
  *						lifecycle events to the layers
  *
@@ -43,6 +45,8 @@
 #include "glibc_malloc_compat.h"
 #include "datatype/timestamp.h"
 #include "executor/execdesc.h"
+#include "nodes/parsenodes.h"
+#include "nodes/plannodes.h"
 
 /* The glibc parameters the module manages, in report order. */
 typedef enum GmParam
@@ -185,6 +189,10 @@ typedef struct GmSnapshot
 	int64		anon_outside_malloc_bytes;	/* gm_anon_outside_malloc */
 	int64		peak_executor_bytes;	/* largest executor memory since the
 										 * last publish */
+	int64		top_executor_bytes; /* the largest statement's executor
+									 * memory since the backend last
+									 * returned free heap (or started) */
+	int64		top_queryid;	/* its queryid; 0 = none known */
 	GmReleaseCount releases[GM_NRELEASE_KINDS];
 	uint32		served;			/* requests served so far: the monitor tells
 								 * a served request without comparing clocks */
@@ -245,6 +253,7 @@ extern const char *gm_glibc_version(void);
 extern int64 gm_mmap_threshold_limit(void);
 extern void gm_mallinfo(GmMallinfo *mi);
 extern int64 gm_proc_status_bytes(int pid, const char *key);
+extern int64 gm_context_used(MemoryContext cxt);
 extern int64 gm_rss_anon(void);
 extern bool gm_data_limit(int pid, int64 *soft, int64 *hard);
 extern int64 gm_set_data_limit(int pid, int64 soft);
@@ -288,7 +297,7 @@ extern bool gm_shmem_has_requests(void);
 extern void gm_shmem_serve_requests(bool at_idle);
 extern void gm_shmem_publish(int64 now);
 extern int64 gm_shmem_publish_due(int64 now);
-extern void gm_shmem_note_executor(int64 bytes);
+extern void gm_shmem_note_executor(int64 bytes, int64 queryid);
 extern int	gm_shmem_snapshots(GmSnapshot **snaps);
 extern bool gm_shmem_may_trim(const GmSnapshot *s);
 extern bool gm_shmem_waits_for_client(const GmSnapshot *s);
@@ -324,7 +333,44 @@ extern void gm_monitor_register(void);
 extern void gm_guard_define_gucs(void);
 extern void gm_guard_apply(void);
 extern void gm_guard_statement_start(void);
-extern void gm_guard_error_hint(ErrorData *edata);
+/* What gm_guard_error_hint found. */
+typedef enum GmOomKind
+{
+	GM_OOM_NONE,				/* not an "out of memory" ERROR */
+	GM_OOM_OTHER,				/* one, not under the module's limits */
+	GM_OOM_LIMIT				/* one under max_backend_memory or the guard */
+} GmOomKind;
+extern GmOomKind gm_guard_error_hint(ErrorData *edata);
+
+/* 5. statements.c */
+/* A statement's key, as pg_stat_statements has it; padding zeroed. */
+typedef struct GmStmtKey
+{
+	Oid			userid;
+	Oid			dbid;
+	uint64		queryid;
+	bool		toplevel;
+} GmStmtKey;
+
+/* A utility statement's start, kept by the ProcessUtility hook. */
+typedef struct GmUtilityMark
+{
+	bool		tracked;
+	GmStmtKey	key;
+	int64		heap_bytes;
+	int64		mmapped_bytes;
+} GmUtilityMark;
+extern void gm_statements_define_gucs(void);
+extern void gm_statements_init(void);
+extern bool gm_statements_tracking(void);
+extern MemoryContext gm_statements_plan_start(Query *parse, int nesting);
+extern void gm_statements_plan_end(MemoryContext old, Query *parse, int nesting);
+extern void gm_statements_executor_start(QueryDesc *queryDesc, int eflags, int nesting);
+extern void gm_statements_executor_end(QueryDesc *queryDesc);
+extern bool gm_statements_utility_start(PlannedStmt *pstmt, int nesting, GmUtilityMark *mark);
+extern void gm_statements_utility_end(GmUtilityMark *mark);
+extern void gm_statements_note_oom(bool limit);
+extern void gm_statements_transaction_end(void);
 
 /* 5. doctor.c (stats.c has no entry points of its own but SQL functions) */
 extern void gm_doctor_define_gucs(void);

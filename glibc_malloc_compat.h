@@ -183,4 +183,28 @@ gm_init_srf(FunctionCallInfo fcinfo)
 #define GM_PU_PASS pstmt, queryString, context, params, queryEnv, dest, qc
 #endif
 
+/*
+ * Queryids: PG 14 computes them in core when a module asks
+ * (compute_query_id = auto); PG 16 moved the header.  PG 13 has them only
+ * from pg_stat_statements.
+ */
+#if PG_VERSION_NUM >= 160000
+#include "nodes/queryjumble.h"
+#define GM_ENABLE_QUERY_ID() EnableQueryId()
+#elif PG_VERSION_NUM >= 140000
+#include "utils/queryjumble.h"
+#define GM_ENABLE_QUERY_ID() EnableQueryId()
+#else
+#define GM_ENABLE_QUERY_ID() ((void) 0)
+#endif
+
+/* ExecutorRun_hook: PG 18 dropped execute_once. */
+#if PG_VERSION_NUM >= 180000
+#define GM_ER_ARGS QueryDesc *queryDesc, ScanDirection direction, uint64 count
+#define GM_ER_PASS queryDesc, direction, count
+#else
+#define GM_ER_ARGS QueryDesc *queryDesc, ScanDirection direction, uint64 count, bool execute_once
+#define GM_ER_PASS queryDesc, direction, count, execute_once
+#endif
+
 #endif							/* GLIBC_MALLOC_COMPAT_H */

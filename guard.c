@@ -137,9 +137,10 @@ gm_guard_statement_start(void)
  * emit_log_hook's part: an "out of memory" error (PostgreSQL's own, from a
  * failed malloc) in a process under the module's limits gets a HINT naming
  * the limit and how to change it, and is counted.  Allocates only with
- * MCXT_ALLOC_NO_OOM in ErrorContext, which keeps a block for this.
+ * MCXT_ALLOC_NO_OOM in ErrorContext, which keeps a block for this.  Says
+ * whether it was such an error, and whether under the module's limits.
  */
-void
+GmOomKind
 gm_guard_error_hint(ErrorData *edata)
 {
 	int64		guard;
@@ -155,12 +156,13 @@ gm_guard_error_hint(ErrorData *edata)
 	char	   *hint;
 
 	if (edata->elevel < ERROR || edata->sqlerrcode != ERRCODE_OUT_OF_MEMORY ||
-		edata->hint != NULL || edata->message_id == NULL ||
-		strcmp(edata->message_id, "out of memory") != 0 || !gm_guarded_process())
-		return;
+		edata->message_id == NULL || strcmp(edata->message_id, "out of memory") != 0)
+		return GM_OOM_NONE;
+	if (edata->hint != NULL || !gm_guarded_process())
+		return GM_OOM_OTHER;
 	guard = gm_shmem_my_guard_limit();
 	if (!gm_data_limit(0, &soft, &hard))
-		return;
+		return GM_OOM_OTHER;
 	/*
 	 * The guard's if it limits this process now, or limited it a moment
 	 * ago (the monitor may have lifted or raised the limit since the
@@ -174,7 +176,7 @@ gm_guard_error_hint(ErrorData *edata)
 	else if (engaged_at != 0 && gm_monotonic_usec() - engaged_at < GM_GUARD_RECENT_USEC)
 		by_guard = true;
 	else
-		return;					/* not one of ours */
+		return GM_OOM_OTHER;	/* not one of ours */
 	vm = gm_proc_status_bytes(0, "VmData:");
 	fmt_size(used, sizeof(used), Max(vm, 0));
 	if (by_guard)
@@ -196,6 +198,7 @@ gm_guard_error_hint(ErrorData *edata)
 		edata->hint = hint;
 	}
 	gm_shmem_count_oom(by_guard);
+	return GM_OOM_LIMIT;
 }
 
 /* Check hook for glibc_malloc.max_backend_memory: -1, or at least 1 MB. */

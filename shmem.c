@@ -284,6 +284,26 @@ static uint32 served = 0;
 static int64 peak_executor_bytes = 0;
 
 /*
+ * The largest statement since this process last returned free heap, and its
+ * queryid: what left the free heap the doctor sees.  releases_seen tells a
+ * release since.
+ */
+static int64 top_executor_bytes = 0;
+static int64 top_queryid = 0;
+static int64 releases_seen = 0;
+
+/* Releases of every kind so far. */
+static int64
+releases_so_far(void)
+{
+	int64		n = 0;
+
+	for (int k = 0; k < GM_NRELEASE_KINDS; k++)
+		n += gm_releases[k].count;
+	return n;
+}
+
+/*
  * Write a snapshot into this process's slot.  Safe at the idle wait too
  * (mallinfo under idle.c's argument; RssAnon with open/read/close; the
  * context walk only reads the context tree, which the interrupted code is
@@ -308,6 +328,13 @@ publish(int64 now, bool fresh_contexts)
 			Max((int64) (mi.uordblks + mi.hblkhd) - context_bytes, 0);
 		last_context_walk = now;
 	}
+	if (releases_so_far() != releases_seen)
+	{
+		/* The free heap that statement left has been returned. */
+		releases_seen = releases_so_far();
+		top_executor_bytes = 0;
+		top_queryid = 0;
+	}
 	slot->changecount++;
 	pg_write_barrier();
 	slot->snap.pid = MyProcPid;
@@ -325,6 +352,8 @@ publish(int64 now, bool fresh_contexts)
 	slot->snap.outside_context_bytes = outside_context_bytes;
 	slot->snap.anon_outside_malloc_bytes = gm_anon_outside_malloc;
 	slot->snap.peak_executor_bytes = peak_executor_bytes;
+	slot->snap.top_executor_bytes = top_executor_bytes;
+	slot->snap.top_queryid = top_queryid;
 	for (int k = 0; k < GM_NRELEASE_KINDS; k++)
 		slot->snap.releases[k] = gm_releases[k];
 	slot->snap.served = served;
@@ -341,12 +370,28 @@ gm_shmem_publish(int64 now)
 	publish(now, false);
 }
 
-/* At ExecutorEnd: the statement's executor memory, for peak_executor_bytes. */
+/*
+ * At ExecutorEnd: the statement's executor memory and queryid (0: none), for
+ * peak_executor_bytes and the doctor's largest statement.
+ */
 void
-gm_shmem_note_executor(int64 bytes)
+gm_shmem_note_executor(int64 bytes, int64 queryid)
 {
+	int64		releases = releases_so_far();
+
 	if (bytes > peak_executor_bytes)
 		peak_executor_bytes = bytes;
+	if (releases != releases_seen)
+	{
+		releases_seen = releases;
+		top_executor_bytes = 0;
+		top_queryid = 0;
+	}
+	if (bytes > top_executor_bytes)
+	{
+		top_executor_bytes = bytes;
+		top_queryid = queryid;
+	}
 }
 
 /* Whether another process asked this one for something; signal-safe. */

@@ -1,0 +1,806 @@
+/*-------------------------------------------------------------------------
+ *
+ * statements.c
+ *		Memory per query: a shared hash keyed like pg_stat_statements
+ *		(userid, dbid, queryid, toplevel) with each statement's executor and
+ *		planner memory peaks, glibc's heap and mmapped change across it, and
+ *		its "out of memory" errors (glibc_malloc_statements).
+ *
+ * The executor peak is the statement log's measure (doctor.c): the bytes in
+ * use in the query's memory context tree at ExecutorEnd, before the nodes
+ * are shut down (what EXPLAIN ANALYZE reports for sorts and hashes), or the
+ * largest of the executors nested in it.  The planner peak is the bytes the
+ * planner used, in a memory context of its own made for the planning (as
+ * EXPLAIN (MEMORY) does); the plan stays in it, a child of the caller's
+ * context, and is freed with it.  The heap
+ * and mmapped change are mallinfo's across the statement.
+ *
+ * Statements without a queryid are not counted (PostgreSQL 13 has queryids
+ * only with pg_stat_statements loaded; from 14, compute_query_id = off turns
+ * them off): glibc_malloc_statements_info counts them.  Parallel workers do
+ * not count: a parallel query's row has the leader's memory only.  Utility
+ * statements count from PostgreSQL 14 (queryids), without EXECUTE, PREPARE
+ * and DEALLOCATE, as in pg_stat_statements; their executor peak is that of
+ * the executors run inside them (CREATE TABLE AS, COPY (query), EXPLAIN
+ * ANALYZE), NULL without one.
+ *
+ * Eviction follows pg_stat_statements: every call adds to an entry's usage;
+ * when the hash is full, every usage decays and the least used 5 % go.
+ *
+ * Calls allocator.c and settings.c.
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <math.h>
+
+#include "access/htup_details.h"
+#include "access/parallel.h"
+#include "catalog/pg_authid.h"
+#include "executor/executor.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "nodes/parsenodes.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/hsearch.h"
+#include "utils/memutils.h"
+#include "utils/timestamp.h"
+
+#include "glibc_malloc.h"
+
+/* glibc_malloc.track_statements */
+typedef enum GmTrack
+{
+	GM_TRACK_NONE,
+	GM_TRACK_TOP,
+	GM_TRACK_ALL
+} GmTrack;
+
+static const struct config_enum_entry track_options[] = {
+	{"none", GM_TRACK_NONE, false},
+	{"top", GM_TRACK_TOP, false},
+	{"all", GM_TRACK_ALL, false},
+	{NULL, 0, false}
+};
+
+static int	track = GM_TRACK_TOP;
+static int	statements_max = 5000;
+
+/* Eviction, as pg_stat_statements does it. */
+#define USAGE_CALL			1.0
+#define USAGE_DECREASE		0.99
+#define USAGE_DEALLOC_PCT	5
+#define USAGE_MEDIAN_INIT	10.0
+
+/* Count, min, max, mean and the sum of squared deviations (Welford). */
+typedef struct GmStmtPeak
+{
+	int64		n;
+	double		min;
+	double		max;
+	double		mean;
+	double		sum_var;
+} GmStmtPeak;
+
+typedef struct GmStmtCounters
+{
+	int64		calls;
+	GmStmtPeak	plan;
+	GmStmtPeak	exec;
+	int64		heap_change;	/* bytes, summed over calls */
+	int64		mmapped_change;
+	int64		heap_grew;		/* calls after which the heap was larger */
+	int64		max_heap_growth;
+	int64		oom_errors;		/* "out of memory" ERRORs */
+	int64		limit_oom_errors;	/* of those, under the module's limits */
+	double		usage;
+} GmStmtCounters;
+
+typedef struct GmStmtEntry
+{
+	GmStmtKey	key;			/* first: the hash key */
+	GmStmtCounters c;
+	slock_t		mutex;			/* protects c */
+} GmStmtEntry;
+
+typedef struct GmStmtShared
+{
+	LWLock	   *lock;			/* exclusive to add or remove entries */
+	slock_t		mutex;			/* protects the fields below */
+	double		median_usage;
+	int64		dealloc;
+	int64		no_queryid;
+	TimestampTz stats_reset;
+} GmStmtShared;
+
+static GmStmtShared *stmt_shared = NULL;
+static HTAB *stmt_hash = NULL;
+
+static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
+#if PG_VERSION_NUM >= 150000
+static shmem_request_hook_type prev_shmem_request_hook = NULL;
+#endif
+
+/*
+ * A running statement, by QueryDesc: its key, glibc's heap and mmapped bytes
+ * at its start, and its planning.  Executors nest (functions, triggers,
+ * cursors); a statement ended by an error never reaches ExecutorEnd, so the
+ * slots are freed at transaction end.
+ */
+#define GM_STMT_SLOTS 16
+typedef struct GmStmtRun
+{
+	QueryDesc  *query;			/* NULL: free */
+	GmStmtKey	key;
+	int64		heap_bytes;
+	int64		mmapped_bytes;
+	int64		plan_bytes;		/* -1: not planned for this run */
+} GmStmtRun;
+
+static GmStmtRun runs[GM_STMT_SLOTS];
+static int	next_run = 0;
+
+/* The last planning measured, until its executor starts. */
+static uint64 planned_queryid = 0;
+static int	planned_nesting = -1;
+static int64 planned_bytes = -1;
+
+/* The largest executor memory since the top-level statement started. */
+static int64 top_peak = -1;
+
+/* The top-level statement running, for its "out of memory" errors. */
+static GmStmtKey cur_key;
+static bool cur_key_valid = false;
+
+/* "out of memory" errors noted in emit_log_hook, stored at the next start. */
+#define GM_PENDING_OOM 4
+typedef struct GmPendingOom
+{
+	GmStmtKey	key;
+	int64		errors;
+	int64		limit_errors;
+} GmPendingOom;
+static GmPendingOom pending_oom[GM_PENDING_OOM];
+static int	npending_oom = 0;
+
+/* Size of the shared state. */
+static Size
+stmt_shared_size(void)
+{
+	return add_size(MAXALIGN(sizeof(GmStmtShared)),
+					hash_estimate_size(statements_max, sizeof(GmStmtEntry)));
+}
+
+/* shmem_request_hook: the hash and its lock. */
+static void
+gm_statements_request(void)
+{
+#if PG_VERSION_NUM >= 150000
+	if (prev_shmem_request_hook)
+		prev_shmem_request_hook();
+#endif
+	RequestAddinShmemSpace(stmt_shared_size());
+	RequestNamedLWLockTranche("glibc_malloc_statements", 1);
+}
+
+/* shmem_startup_hook: create or attach the hash. */
+static void
+gm_statements_startup(void)
+{
+	bool		found;
+	HASHCTL		info;
+
+	if (prev_shmem_startup_hook)
+		prev_shmem_startup_hook();
+
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	stmt_shared = ShmemInitStruct("glibc_malloc_statements", sizeof(GmStmtShared), &found);
+	if (!found)
+	{
+		stmt_shared->lock = &(GetNamedLWLockTranche("glibc_malloc_statements"))->lock;
+		SpinLockInit(&stmt_shared->mutex);
+		stmt_shared->median_usage = USAGE_MEDIAN_INIT;
+		stmt_shared->dealloc = 0;
+		stmt_shared->no_queryid = 0;
+		stmt_shared->stats_reset = GetCurrentTimestamp();
+	}
+	memset(&info, 0, sizeof(info));
+	info.keysize = sizeof(GmStmtKey);
+	info.entrysize = sizeof(GmStmtEntry);
+	stmt_hash = ShmemInitHash("glibc_malloc_statements hash", statements_max, statements_max,
+							  &info, HASH_ELEM | HASH_BLOBS);
+	LWLockRelease(AddinShmemInitLock);
+}
+
+/* Define glibc_malloc.track_statements and statements_max; from _PG_init. */
+void
+gm_statements_define_gucs(void)
+{
+	/* SUSET, as pg_stat_statements.track: what is recorded for everybody. */
+	DefineCustomEnumVariable("glibc_malloc.track_statements",
+							 "Records each statement's memory in glibc_malloc_statements: top-level statements (top), nested ones too (all), or none.",
+							 "Needs shared_preload_libraries and queryids (compute_query_id; on PostgreSQL 13, pg_stat_statements).",
+							 &track,
+							 GM_TRACK_TOP,
+							 track_options,
+							 PGC_SUSET,
+							 0,
+							 NULL, NULL, NULL);
+	/* POSTMASTER: the hash's size is fixed at server start. */
+	DefineCustomIntVariable("glibc_malloc.statements_max",
+							"The most statements glibc_malloc_statements keeps; the least used go first.",
+							NULL,
+							&statements_max,
+							5000, 100, INT_MAX / 2,
+							PGC_POSTMASTER,
+							0,
+							NULL, NULL, NULL);
+}
+
+/* Called from _PG_init while preloading: the shared hash, and queryids. */
+void
+gm_statements_init(void)
+{
+#if PG_VERSION_NUM >= 150000
+	prev_shmem_request_hook = shmem_request_hook;
+	shmem_request_hook = gm_statements_request;
+#else
+	gm_statements_request();
+#endif
+	prev_shmem_startup_hook = shmem_startup_hook;
+	shmem_startup_hook = gm_statements_startup;
+	GM_ENABLE_QUERY_ID();
+}
+
+/* Whether a statement at this nesting level is recorded. */
+static bool
+tracked(int nesting)
+{
+	return stmt_hash != NULL && !IsParallelWorker() &&
+		(track == GM_TRACK_ALL || (track == GM_TRACK_TOP && nesting == 0));
+}
+
+/* Whether statements are recorded at all here (the executor measure is wanted). */
+bool
+gm_statements_tracking(void)
+{
+	return stmt_hash != NULL && track != GM_TRACK_NONE && !IsParallelWorker();
+}
+
+/* The key of a statement of this queryid run now. */
+static void
+make_key(GmStmtKey *key, uint64 queryid, int nesting)
+{
+	memset(key, 0, sizeof(*key));
+	key->userid = GetUserId();
+	key->dbid = MyDatabaseId;
+	key->queryid = queryid;
+	key->toplevel = nesting == 0;
+}
+
+/* Count a statement that had no queryid. */
+static void
+count_no_queryid(void)
+{
+	SpinLockAcquire(&stmt_shared->mutex);
+	stmt_shared->no_queryid++;
+	SpinLockRelease(&stmt_shared->mutex);
+}
+
+/* qsort: the least used first. */
+static int
+cmp_usage(const void *a, const void *b)
+{
+	double		x = (*(GmStmtEntry *const *) a)->c.usage;
+	double		y = (*(GmStmtEntry *const *) b)->c.usage;
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * Make room: decay every entry's usage and remove the least used 5 % (at
+ * least 10).  Under the exclusive lock.
+ */
+static void
+entry_dealloc(void)
+{
+	HASH_SEQ_STATUS seq;
+	GmStmtEntry **entries;
+	GmStmtEntry *entry;
+	int			n = 0;
+	int			drop;
+
+	entries = palloc(hash_get_num_entries(stmt_hash) * sizeof(GmStmtEntry *));
+	hash_seq_init(&seq, stmt_hash);
+	while ((entry = hash_seq_search(&seq)) != NULL)
+	{
+		entries[n++] = entry;
+		entry->c.usage *= USAGE_DECREASE;
+	}
+	qsort(entries, n, sizeof(GmStmtEntry *), cmp_usage);
+	SpinLockAcquire(&stmt_shared->mutex);
+	if (n > 0)
+		stmt_shared->median_usage = entries[n / 2]->c.usage;
+	stmt_shared->dealloc++;
+	SpinLockRelease(&stmt_shared->mutex);
+	drop = Min(Max(10, n * USAGE_DEALLOC_PCT / 100), n);
+	for (int i = 0; i < drop; i++)
+		hash_search(stmt_hash, &entries[i]->key, HASH_REMOVE, NULL);
+	pfree(entries);
+}
+
+/* The entry of key, made (evicting) if new; under the exclusive lock. */
+static GmStmtEntry *
+entry_alloc(const GmStmtKey *key)
+{
+	GmStmtEntry *entry;
+	bool		found;
+
+	while (hash_get_num_entries(stmt_hash) >= statements_max)
+		entry_dealloc();
+	entry = hash_search(stmt_hash, key, HASH_ENTER, &found);
+	if (!found)
+	{
+		memset(&entry->c, 0, sizeof(entry->c));
+		SpinLockAcquire(&stmt_shared->mutex);
+		entry->c.usage = stmt_shared->median_usage;
+		SpinLockRelease(&stmt_shared->mutex);
+		SpinLockInit(&entry->mutex);
+	}
+	return entry;
+}
+
+/* Add one measure to a peak's statistics (-1: none). */
+static void
+peak_add(GmStmtPeak *p, int64 bytes)
+{
+	double		old_mean;
+
+	if (bytes < 0)
+		return;
+	p->n++;
+	if (p->n == 1)
+	{
+		p->min = p->max = p->mean = bytes;
+		p->sum_var = 0;
+		return;
+	}
+	old_mean = p->mean;
+	p->mean += (bytes - old_mean) / p->n;
+	p->sum_var += (bytes - old_mean) * (bytes - p->mean);
+	p->min = Min(p->min, bytes);
+	p->max = Max(p->max, bytes);
+}
+
+/*
+ * Store one call (calls > 0) or "out of memory" errors into key's entry:
+ * the shared lock to find it, the exclusive one to add it.
+ */
+static void
+store(const GmStmtKey *key, int64 calls, int64 plan_bytes, int64 exec_bytes,
+	  int64 heap_change, int64 mmapped_change, int64 oom, int64 limit_oom)
+{
+	GmStmtEntry *entry;
+
+	LWLockAcquire(stmt_shared->lock, LW_SHARED);
+	entry = hash_search(stmt_hash, key, HASH_FIND, NULL);
+	if (entry == NULL)
+	{
+		LWLockRelease(stmt_shared->lock);
+		LWLockAcquire(stmt_shared->lock, LW_EXCLUSIVE);
+		entry = entry_alloc(key);
+	}
+	SpinLockAcquire(&entry->mutex);
+	entry->c.usage += USAGE_CALL;
+	entry->c.oom_errors += oom;
+	entry->c.limit_oom_errors += limit_oom;
+	if (calls > 0)
+	{
+		entry->c.calls += calls;
+		peak_add(&entry->c.plan, plan_bytes);
+		peak_add(&entry->c.exec, exec_bytes);
+		entry->c.heap_change += heap_change;
+		entry->c.mmapped_change += mmapped_change;
+		if (heap_change > 0)
+		{
+			entry->c.heap_grew++;
+			entry->c.max_heap_growth = Max(entry->c.max_heap_growth, heap_change);
+		}
+	}
+	SpinLockRelease(&entry->mutex);
+	LWLockRelease(stmt_shared->lock);
+}
+
+/* Store the "out of memory" errors emit_log_hook noted. */
+static void
+flush_pending(void)
+{
+	int			n = npending_oom;
+
+	npending_oom = 0;
+	if (stmt_hash == NULL)
+		return;
+	for (int i = 0; i < n; i++)
+		store(&pending_oom[i].key, 0, -1, -1, 0, 0,
+			  pending_oom[i].errors, pending_oom[i].limit_errors);
+}
+
+/* before_shmem_exit: what a session ended by the error leaves. */
+static void
+flush_at_exit(int code, Datum arg)
+{
+	if (npending_oom > 0 && stmt_shared != NULL)
+		flush_pending();
+}
+
+/* A top-level statement starts: the peak restarts, it owns the errors. */
+static void
+top_start(const GmStmtKey *key)
+{
+	static bool exit_hook = false;
+
+	top_peak = -1;
+	if (key)
+	{
+		cur_key = *key;
+		cur_key_valid = true;
+	}
+	else
+		cur_key_valid = false;
+	if (npending_oom > 0)
+		flush_pending();
+	if (!exit_hook)
+	{
+		before_shmem_exit(flush_at_exit, (Datum) 0);
+		exit_hook = true;
+	}
+}
+
+/*
+ * The planner hook's first half: a memory context for the planning, current
+ * now, when the statement is recorded; else NULL.
+ */
+MemoryContext
+gm_statements_plan_start(Query *parse, int nesting)
+{
+	if (!tracked(nesting) || parse->queryId == UINT64CONST(0))
+		return NULL;
+	if (nesting == 0)
+	{
+		GmStmtKey	key;
+
+		make_key(&key, parse->queryId, nesting);
+		cur_key = key;
+		cur_key_valid = true;
+	}
+	return MemoryContextSwitchTo(AllocSetContextCreate(CurrentMemoryContext,
+													   "glibc_malloc planner",
+													   ALLOCSET_DEFAULT_SIZES));
+}
+
+/* Its second half: the bytes planning used, kept for the executor start. */
+void
+gm_statements_plan_end(MemoryContext old, Query *parse, int nesting)
+{
+	MemoryContext cxt = CurrentMemoryContext;
+
+	MemoryContextSwitchTo(old);
+	planned_queryid = parse->queryId;
+	planned_nesting = nesting;
+	planned_bytes = gm_context_used(cxt);
+}
+
+/* ExecutorStart: note the statement's start. */
+void
+gm_statements_executor_start(QueryDesc *queryDesc, int eflags, int nesting)
+{
+	uint64		queryid;
+	GmStmtRun  *run = NULL;
+	GmStmtKey	key;
+	GmMallinfo	mi;
+
+	if (!gm_statements_tracking() || (eflags & EXEC_FLAG_EXPLAIN_ONLY))
+		return;
+	queryid = queryDesc->plannedstmt->queryId;
+	make_key(&key, queryid, nesting);
+	if (nesting == 0)
+		top_start(queryid != UINT64CONST(0) ? &key : NULL);
+	if (!tracked(nesting))
+		return;
+	if (queryid == UINT64CONST(0))
+	{
+		count_no_queryid();
+		return;
+	}
+	for (int i = 0; i < GM_STMT_SLOTS && run == NULL; i++)
+		if (runs[i].query == NULL || runs[i].query == queryDesc)
+			run = &runs[i];
+	if (run == NULL)
+	{
+		run = &runs[next_run];
+		next_run = (next_run + 1) % GM_STMT_SLOTS;
+	}
+	gm_mallinfo(&mi);
+	run->query = queryDesc;
+	run->key = key;
+	run->heap_bytes = mi.arena;
+	run->mmapped_bytes = mi.hblkhd;
+	run->plan_bytes = -1;
+	if (planned_queryid == queryid && planned_nesting == nesting)
+	{
+		run->plan_bytes = planned_bytes;
+		planned_queryid = 0;
+	}
+}
+
+/*
+ * ExecutorEnd, before the nodes are shut down: store the statement with its
+ * executor memory, the bytes in use in its memory contexts (what EXPLAIN
+ * ANALYZE reports for sorts and hashes).  Every executor's memory counts
+ * toward the running top-level statement's peak.
+ */
+void
+gm_statements_executor_end(QueryDesc *queryDesc)
+{
+	GmStmtRun  *run = NULL;
+	GmMallinfo	mi;
+	int64		bytes;
+	int64		peak;
+
+	if (!gm_statements_tracking() || queryDesc->estate == NULL)
+		return;
+	for (int i = 0; i < GM_STMT_SLOTS && run == NULL; i++)
+		if (runs[i].query == queryDesc)
+			run = &runs[i];
+	bytes = gm_context_used(queryDesc->estate->es_query_cxt);
+	peak = Max(bytes, run && run->key.toplevel ? top_peak : -1);
+	top_peak = Max(top_peak, bytes);
+	if (run == NULL)
+		return;
+	run->query = NULL;
+	gm_mallinfo(&mi);
+	store(&run->key, 1, run->plan_bytes, peak,
+		  (int64) mi.arena - run->heap_bytes, (int64) mi.hblkhd - run->mmapped_bytes, 0, 0);
+	if (run->key.toplevel)
+		cur_key_valid = false;
+}
+
+/*
+ * ProcessUtility, before: whether the statement is recorded, and its start
+ * in *mark.  EXECUTE, PREPARE and DEALLOCATE are not (the executor of
+ * EXECUTE is, at this level).
+ */
+bool
+gm_statements_utility_start(PlannedStmt *pstmt, int nesting, GmUtilityMark *mark)
+{
+	Node	   *stmt = pstmt->utilityStmt;
+	GmMallinfo	mi;
+
+	mark->tracked = false;
+	if (stmt == NULL || IsA(stmt, ExecuteStmt) || IsA(stmt, PrepareStmt) || IsA(stmt, DeallocateStmt))
+		return false;
+	if (!tracked(nesting))
+		return true;
+	make_key(&mark->key, pstmt->queryId, nesting);
+	if (nesting == 0)
+		top_start(pstmt->queryId != UINT64CONST(0) ? &mark->key : NULL);
+	if (pstmt->queryId == UINT64CONST(0))
+	{
+		count_no_queryid();
+		return true;
+	}
+	gm_mallinfo(&mi);
+	mark->tracked = true;
+	mark->heap_bytes = mi.arena;
+	mark->mmapped_bytes = mi.hblkhd;
+	return true;
+}
+
+/* ProcessUtility, after (not after an error): store the statement. */
+void
+gm_statements_utility_end(GmUtilityMark *mark)
+{
+	GmMallinfo	mi;
+
+	if (!mark->tracked || stmt_hash == NULL)
+		return;
+	gm_mallinfo(&mi);
+	store(&mark->key, 1, -1, mark->key.toplevel ? top_peak : -1,
+		  (int64) mi.arena - mark->heap_bytes, (int64) mi.hblkhd - mark->mmapped_bytes, 0, 0);
+	if (mark->key.toplevel)
+		cur_key_valid = false;
+}
+
+/*
+ * emit_log_hook: an "out of memory" ERROR of the running top-level statement
+ * (under the module's limits if limit), noted only: stored at the next
+ * statement start, as the hook may run anywhere.
+ */
+void
+gm_statements_note_oom(bool limit)
+{
+	int			i;
+
+	if (!cur_key_valid || !gm_statements_tracking())
+		return;
+	for (i = 0; i < npending_oom; i++)
+		if (memcmp(&pending_oom[i].key, &cur_key, sizeof(GmStmtKey)) == 0)
+			break;
+	if (i == npending_oom)
+	{
+		if (npending_oom == GM_PENDING_OOM)
+			return;
+		pending_oom[i].key = cur_key;
+		pending_oom[i].errors = 0;
+		pending_oom[i].limit_errors = 0;
+		npending_oom++;
+	}
+	pending_oom[i].errors++;
+	if (limit)
+		pending_oom[i].limit_errors++;
+}
+
+/* At top-level transaction end: no statement runs; free the slots. */
+void
+gm_statements_transaction_end(void)
+{
+	cur_key_valid = false;
+	planned_queryid = 0;
+	for (int i = 0; i < GM_STMT_SLOTS; i++)
+		runs[i].query = NULL;
+}
+
+/* Error out unless the hash exists. */
+static void
+require_hash(void)
+{
+	if (stmt_hash == NULL || stmt_shared == NULL)
+		ereport(ERROR,
+				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				 errmsg("glibc_malloc must be loaded via shared_preload_libraries to record statements")));
+}
+
+PG_FUNCTION_INFO_V1(glibc_malloc_statements);
+
+/*
+ * glibc_malloc_statements(): one row per entry; the caller's own rows, or
+ * all with the privileges of pg_read_all_stats.
+ */
+Datum
+glibc_malloc_statements(PG_FUNCTION_ARGS)
+{
+	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
+	Oid			userid = GetUserId();
+	bool		all = has_privs_of_role(userid, ROLE_PG_READ_ALL_STATS);
+	HASH_SEQ_STATUS seq;
+	GmStmtEntry *entry;
+
+	require_hash();
+	gm_init_srf(fcinfo);
+
+	LWLockAcquire(stmt_shared->lock, LW_SHARED);
+	hash_seq_init(&seq, stmt_hash);
+	while ((entry = hash_seq_search(&seq)) != NULL)
+	{
+		Datum		values[21];
+		bool		nulls[21] = {0};
+		GmStmtCounters c;
+		int			j = 0;
+		const GmStmtPeak *peaks[2];
+
+		if (!all && entry->key.userid != userid)
+			continue;
+		SpinLockAcquire(&entry->mutex);
+		c = entry->c;
+		SpinLockRelease(&entry->mutex);
+		if (c.calls == 0 && c.oom_errors == 0)
+			continue;
+
+		values[j++] = ObjectIdGetDatum(entry->key.userid);
+		values[j++] = ObjectIdGetDatum(entry->key.dbid);
+		values[j++] = BoolGetDatum(entry->key.toplevel);
+		values[j++] = Int64GetDatum((int64) entry->key.queryid);
+		values[j++] = Int64GetDatum(c.calls);
+		values[j++] = Int64GetDatum(c.plan.n);
+		peaks[0] = &c.plan;
+		peaks[1] = &c.exec;
+		for (int p = 0; p < 2; p++)
+		{
+			const GmStmtPeak *pk = peaks[p];
+
+			if (p == 1)
+				values[j++] = Int64GetDatum(pk->n);
+			if (pk->n == 0)
+			{
+				for (int k = 0; k < 4; k++)
+					nulls[j++] = true;
+				continue;
+			}
+			values[j++] = Int64GetDatum((int64) pk->min);
+			values[j++] = Int64GetDatum((int64) pk->max);
+			values[j++] = Float8GetDatum(pk->mean);
+			values[j++] = Float8GetDatum(pk->n > 1 ? sqrt(pk->sum_var / pk->n) : 0.0);
+		}
+		values[j++] = Int64GetDatum(c.heap_change);
+		values[j++] = Int64GetDatum(c.mmapped_change);
+		values[j++] = Int64GetDatum(c.heap_grew);
+		values[j++] = Int64GetDatum(c.max_heap_growth);
+		values[j++] = Int64GetDatum(c.oom_errors);
+		values[j++] = Int64GetDatum(c.limit_oom_errors);
+		Assert(j == lengthof(values));
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+	}
+	LWLockRelease(stmt_shared->lock);
+	return (Datum) 0;
+}
+
+PG_FUNCTION_INFO_V1(glibc_malloc_statements_info);
+
+/* glibc_malloc_statements_info(): evictions, the last reset, statements without a queryid. */
+Datum
+glibc_malloc_statements_info(PG_FUNCTION_ARGS)
+{
+	TupleDesc	tupdesc;
+	Datum		values[4];
+	bool		nulls[4] = {0};
+
+	require_hash();
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	LWLockAcquire(stmt_shared->lock, LW_SHARED);
+	values[0] = Int64GetDatum(hash_get_num_entries(stmt_hash));
+	LWLockRelease(stmt_shared->lock);
+	SpinLockAcquire(&stmt_shared->mutex);
+	values[1] = Int64GetDatum(stmt_shared->dealloc);
+	values[2] = Int64GetDatum(stmt_shared->no_queryid);
+	values[3] = TimestampTzGetDatum(stmt_shared->stats_reset);
+	SpinLockRelease(&stmt_shared->mutex);
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
+}
+
+PG_FUNCTION_INFO_V1(glibc_malloc_statements_reset);
+
+/*
+ * glibc_malloc_statements_reset(userid, dbid, queryid): remove the matching
+ * entries (0 matches any); all three 0 also resets the counters of
+ * glibc_malloc_statements_info.  Returns the time of the reset.
+ */
+Datum
+glibc_malloc_statements_reset(PG_FUNCTION_ARGS)
+{
+	Oid			userid = PG_GETARG_OID(0);
+	Oid			dbid = PG_GETARG_OID(1);
+	int64		queryid = PG_GETARG_INT64(2);
+	TimestampTz now = GetCurrentTimestamp();
+	HASH_SEQ_STATUS seq;
+	GmStmtEntry *entry;
+
+	require_hash();
+	LWLockAcquire(stmt_shared->lock, LW_EXCLUSIVE);
+	hash_seq_init(&seq, stmt_hash);
+	while ((entry = hash_seq_search(&seq)) != NULL)
+	{
+		if ((userid == InvalidOid || entry->key.userid == userid) &&
+			(dbid == InvalidOid || entry->key.dbid == dbid) &&
+			(queryid == 0 || (int64) entry->key.queryid == queryid))
+			hash_search(stmt_hash, &entry->key, HASH_REMOVE, NULL);
+	}
+	if (userid == InvalidOid && dbid == InvalidOid && queryid == 0)
+	{
+		SpinLockAcquire(&stmt_shared->mutex);
+		stmt_shared->dealloc = 0;
+		stmt_shared->no_queryid = 0;
+		stmt_shared->stats_reset = now;
+		SpinLockRelease(&stmt_shared->mutex);
+	}
+	LWLockRelease(stmt_shared->lock);
+	PG_RETURN_TIMESTAMPTZ(now);
+}
