@@ -75,3 +75,15 @@ SELECT count(*) FROM pg_class WHERE relname IN ('glibc_malloc_guard', 'glibc_mal
 ALTER EXTENSION glibc_malloc UPDATE TO '1.5';
 SELECT enabled IS NOT NULL AS reads, guard_errors >= 0 AS counts FROM glibc_malloc_guard;
 SELECT backend_type, vmdata_bytes > 0 AS vmdata FROM glibc_malloc_processes WHERE pid = pg_backend_pid();
+
+-- 1.5 to 1.6: memory per query.  Statements run before the update are in
+-- the view once it exists (the hash lives in the library).
+DROP EXTENSION glibc_malloc;
+CREATE EXTENSION glibc_malloc VERSION '1.5';
+SELECT count(*) FROM pg_class WHERE relname LIKE 'glibc_malloc_statements%';
+SELECT 'before the update' AS marker;
+ALTER EXTENSION glibc_malloc UPDATE TO '1.6';
+-- (PostgreSQL 13 without pg_stat_statements: counted as without a queryid)
+SELECT entries + no_queryid >= 1 AS counted FROM glibc_malloc_statements_info;
+SELECT has_function_privilege('public', 'glibc_malloc_statements_reset(oid,oid,bigint)', 'execute') AS public_may_reset,
+       has_table_privilege('public', 'glibc_malloc_statements', 'select') AS public_may_read;
