@@ -48,6 +48,8 @@ typedef struct GmDoctorRule
 	int64		(*bytes) (const GmSnapshot *s);
 	const char *reason;			/* after "backend PID (TYPE, role ROLE, preset P) " */
 	const char *action;			/* %d: the pid */
+	bool		names_statement;	/* the reason names the backend's largest
+									 * statement (its queryid) */
 } GmDoctorRule;
 
 /* Free heap glibc keeps and that is still resident (see shmem.c). */
@@ -103,7 +105,7 @@ near_data_limit(const GmSnapshot *s)
 static const GmDoctorRule doctor_rules[] = {
 	{"free_heap", GM_DOCTOR_FREE_HEAP_MIN, free_heap,
 		"holds %s of resident free heap that glibc keeps for reuse",
-	"SELECT glibc_malloc_trim_backend(%d) returns it (at once if the backend is idle, else after its transaction; needs the privileges of its role or of pg_signal_backend); glibc_malloc.preset = 'balanced' returns it once idle for glibc_malloc.idle_release_delay (1 s)"},
+	"SELECT glibc_malloc_trim_backend(%d) returns it (at once if the backend is idle, else after its transaction; needs the privileges of its role or of pg_signal_backend); glibc_malloc.preset = 'balanced' returns it once idle for glibc_malloc.idle_release_delay (1 s)", true},
 	{"caches", 8 * MB, caches,
 		"holds %s in PostgreSQL's caches (relcache, catcache, plan caches)",
 	"a trim does not help: only a new connection returns the relcache and catcache (reconnect, or let the pooler recycle server connections, PgBouncer: server_lifetime); in backend %d's own session, DISCARD PLANS drops its cached plans"},
@@ -112,7 +114,7 @@ static const GmDoctorRule doctor_rules[] = {
 	"a trim does not help: only a new connection returns it; if backend %d ran JIT-compiled queries, jit = off or a higher jit_above_cost avoids it"},
 	{"data_limit", 1, near_data_limit,
 		"has %s of private memory mapped, close to its data size limit (less than a tenth of it, or 8 MB, left): its next large allocation fails with \"out of memory\"",
-	"SELECT * FROM glibc_malloc_processes WHERE pid = %d shows whose limit it is: raise glibc_malloc.max_backend_memory for its role (ALTER ROLE ... SET) if it needs more; a guard limit means the server is near its memory limit (glibc_malloc_guard)"},
+	"SELECT * FROM glibc_malloc_processes WHERE pid = %d shows whose limit it is: raise glibc_malloc.max_backend_memory for its role (ALTER ROLE ... SET) if it needs more; a guard limit means the server is near its memory limit (glibc_malloc_guard)", true},
 };
 
 /* Idle backends holding at least this much free heap are summed in one row. */
@@ -149,6 +151,23 @@ pretty_bytes(int64 bytes)
 	if (bytes >= MB)
 		return psprintf(INT64_FORMAT " MB", (bytes + MB / 2) / MB);
 	return psprintf(INT64_FORMAT " kB", (bytes + 512) / 1024);
+}
+
+/* A statement is named when its executor memory reached this much. */
+#define GM_DOCTOR_STATEMENT_MIN (1 * MB)
+
+/*
+ * ", left by its largest statement ...": the queryid behind a backend's
+ * peak since it last returned free heap, for glibc_malloc_statements and
+ * pg_stat_statements; "" if none is known.
+ */
+static char *
+largest_statement(const GmSnapshot *s)
+{
+	if (s->top_queryid == 0 || s->top_executor_bytes < GM_DOCTOR_STATEMENT_MIN)
+		return "";
+	return psprintf("; its largest statement since it last returned free heap used %s of executor memory: queryid " INT64_FORMAT " in glibc_malloc_statements and pg_stat_statements",
+					pretty_bytes(s->top_executor_bytes), s->top_queryid);
 }
 
 /* "backend 4711 (client backend, role alice, preset greedy)". */
@@ -277,7 +296,8 @@ glibc_malloc_doctor(PG_FUNCTION_ARGS)
 			const GmSnapshot *s = &snaps[found[f].snap];
 
 			doctor_row(rsinfo, rule->kind, s->pid, found[f].bytes,
-					   psprintf("%s %s", describe(s), psprintf(rule->reason, pretty_bytes(found[f].bytes))),
+					   psprintf("%s %s%s", describe(s), psprintf(rule->reason, pretty_bytes(found[f].bytes)),
+								rule->names_statement ? largest_statement(s) : ""),
 					   psprintf(rule->action, s->pid));
 		}
 	}

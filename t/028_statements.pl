@@ -1,0 +1,222 @@
+# Memory per query (glibc_malloc_statements): the seed sort's executor peak
+# against EXPLAIN ANALYZE, SELECT 1's, calls, the planner's peak, the heap
+# change against glibc's own counters, utility statements, the join with
+# pg_stat_statements, eviction within statements_max, reset and its
+# privileges, visibility, parallel workers, "out of memory" errors,
+# compute_query_id = off, track_statements, and the doctor naming the
+# queryid behind a backend's free heap.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use GlibcMallocTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = new_node('statements',
+	"shared_preload_libraries = 'pg_stat_statements,glibc_malloc'\n");
+$node->safe_psql('postgres', 'CREATE EXTENSION pg_stat_statements');
+my $pgver = $node->safe_psql('postgres', 'SHOW server_version_num');
+seed_sort_table($node);
+my $sort = seed_sort();
+
+# One row of the view for the statement whose pg_stat_statements text is
+# $text (joined as the docs show it), as a hash.
+sub row_for
+{
+	my ($text, $where) = @_;
+	my $join = $pgver >= 140000 ? 'USING (userid, dbid, queryid, toplevel)' : 'USING (userid, dbid, queryid)';
+	my $out = $node->safe_psql('postgres', qq{
+		SELECT s.calls, s.plans, coalesce(s.max_plan_peak_bytes, -1), s.exec_measured,
+		       coalesce(s.max_exec_peak_bytes, -1), coalesce(s.min_exec_peak_bytes, -1),
+		       s.heap_change_bytes, s.heap_grew, s.oom_errors, s.limit_oom_errors, s.queryid
+		FROM glibc_malloc_statements s JOIN pg_stat_statements p $join
+		WHERE p.query = \$\$$text\$\$ } . ($where // ''));
+	return undef if $out eq '';
+	my %r;
+	@r{qw(calls plans plan_peak exec_measured max_exec min_exec heap_change heap_grew oom limit_oom queryid)} = split /\|/, $out;
+	return \%r;
+}
+
+# The seed sort: its peak is the sort's memory as EXPLAIN ANALYZE reports it.
+my $explain = $node->safe_psql('postgres', "SET work_mem = '64MB'; EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) $sort");
+my ($sort_kb) = $explain =~ /Sort Method: quicksort\s+Memory: (\d+)kB/;
+ok($sort_kb, "EXPLAIN ANALYZE reports an in-memory sort of the seed table (${\($sort_kb // '?')} kB)");
+$node->safe_psql('postgres', 'SELECT glibc_malloc_statements_reset()');
+$node->safe_psql('postgres', "SET work_mem = '64MB'; $sort; $sort");
+my $r = row_for('SELECT * FROM t ORDER BY a OFFSET $1');
+ok($r, 'the seed sort has a row, found through pg_stat_statements\' query text');
+is($r->{calls}, 2, 'calls: 2');
+cmp_ok(abs($r->{max_exec} / ($sort_kb * 1024) - 1), '<', 0.2,
+	"its max executor peak ($r->{max_exec} bytes) is within 20 % of EXPLAIN ANALYZE's sort memory");
+cmp_ok($r->{min_exec}, '>', 0, 'min peak measured too');
+cmp_ok($r->{plan_peak}, '>', 1024, "the planner's peak is measured ($r->{plan_peak} bytes)");
+cmp_ok($r->{plan_peak}, '<', 1024 * 1024, 'and small');
+is($r->{plans}, 2, 'two plannings (simple protocol)');
+
+# SELECT 1: a small peak; calls counted right.
+$node->safe_psql('postgres', 'SELECT 1; SELECT 2; SELECT 3');
+$node->safe_psql('postgres', 'SELECT 4');
+$r = row_for('SELECT $1');
+is($r->{calls}, 4, 'SELECT 1: four calls over two connections');
+cmp_ok($r->{max_exec}, '>', 0, "a peak measured ($r->{max_exec} bytes)");
+cmp_ok($r->{max_exec}, '<', 64 * 1024, 'and small (under 64 kB)');
+
+# The heap change against glibc's own counters: a greedy session keeps its
+# heap, so the heap glibc reports grows by what the row says the sort added.
+$node->safe_psql('postgres', 'SELECT glibc_malloc_statements_reset()');
+my $h = $node->safe_psql('postgres', qq{
+	SET glibc_malloc.preset = 'greedy'; SET work_mem = '64MB';
+	CREATE TEMP TABLE h AS SELECT heap_bytes FROM glibc_malloc_stats();
+	$sort;
+	SELECT s.heap_bytes - h.heap_bytes FROM glibc_malloc_stats() s, h});
+$r = row_for('SELECT * FROM t ORDER BY a OFFSET $1');
+cmp_ok($h, '>', 8 * 2**20, "a greedy session's heap grew across the sort, as glibc reports it ($h bytes)");
+cmp_ok(abs($r->{heap_change} - $h), '<', 2**20, "the row's heap change ($r->{heap_change}) is glibc's, within 1 MB");
+is($r->{heap_grew}, 1, 'and it counts one call that grew the heap');
+
+# Utility statements (queryids from PostgreSQL 14).
+SKIP:
+{
+	skip 'utility statements have no queryid before PostgreSQL 14', 4 if $pgver < 140000;
+	$node->safe_psql('postgres', "SET maintenance_work_mem = '64MB'; CREATE INDEX t_c1 ON t (c1)");
+	$r = row_for('CREATE INDEX t_c1 ON t (c1)');
+	is($r->{calls}, 1, 'CREATE INDEX is counted');
+	is($r->{exec_measured}, 0, 'without an executor peak (it runs no executor)');
+	$node->safe_psql('postgres', "SET work_mem = '64MB'; CREATE TABLE t2 AS SELECT * FROM t ORDER BY a");
+	$r = row_for('CREATE TABLE t2 AS SELECT * FROM t ORDER BY a');
+	is($r->{calls}, 1, 'CREATE TABLE AS is counted');
+	cmp_ok($r->{max_exec}, '>', 0.8 * $sort_kb * 1024, 'with the peak of the executor inside it (its sort)');
+}
+
+# Parallel query: the leader's memory only; workers add no calls.
+SKIP:
+{
+	$node->safe_psql('postgres', 'SELECT glibc_malloc_statements_reset()');
+	my $par = "SET work_mem = '64MB'; SET max_parallel_workers_per_gather = 2; SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0; SET min_parallel_table_scan_size = 0; SET parallel_leader_participation = off;";
+	my $plan = $node->safe_psql('postgres', "$par EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) SELECT * FROM t ORDER BY a OFFSET 99999");
+	skip 'no parallel worker launched', 3 unless $plan =~ /Workers Launched: [1-9]/;
+	$node->safe_psql('postgres', "$par SELECT * FROM t ORDER BY a OFFSET 99999");
+	$r = row_for('SELECT * FROM t ORDER BY a OFFSET $1');
+	is($r->{calls}, 1, 'a parallel sort counts one call');
+	cmp_ok($r->{max_exec}, '<', 0.5 * $sort_kb * 1024,
+		"its peak is the leader's ($r->{max_exec} bytes): the workers' sorts are not counted (documented)");
+	is($node->safe_psql('postgres', "SELECT count(*) FROM glibc_malloc_statements WHERE queryid = $r->{queryid}"), 1,
+		'and the workers make no rows of their own');
+}
+
+# "out of memory" under max_backend_memory counts for the statement that
+# ran into it; calls only for the runs that completed.
+$node->safe_psql('postgres', 'SELECT glibc_malloc_statements_reset()');
+my ($ret, $out, $err) = $node->psql('postgres', "SET work_mem = '64MB'; SET glibc_malloc.max_backend_memory = '10MB'; $sort");
+like($err, qr/out of memory/, 'the seed sort under a 10 MB cap fails with "out of memory"');
+$node->safe_psql('postgres', "SET work_mem = '64MB'; $sort");
+$r = row_for('SELECT * FROM t ORDER BY a OFFSET $1');
+is($r->{oom}, 1, 'its row counts the "out of memory" error');
+is($r->{limit_oom}, 1, 'as one under the module\'s limits');
+is($r->{calls}, 1, 'and one completed call');
+
+# Eviction, visibility and reset on a small hash.
+my $small = new_node('statements_small',
+	"shared_preload_libraries = 'pg_stat_statements,glibc_malloc'\nglibc_malloc.statements_max = 100\n");
+$small->safe_psql('postgres', 'CREATE EXTENSION pg_stat_statements');
+my $many = join '', map { 'SELECT 1' . ('+1' x $_) . ";\n" } 1 .. 300;
+$small->safe_psql('postgres', $many);
+my ($entries, $dealloc) = split /\|/, $small->safe_psql('postgres', 'SELECT entries, dealloc FROM glibc_malloc_statements_info');
+cmp_ok($entries, '<=', 100, "300 distinct statements: the hash keeps at most statements_max = 100 ($entries)");
+cmp_ok($dealloc, '>', 0, "evicting ($dealloc times)");
+cmp_ok($small->safe_psql('postgres', 'SELECT count(*) FROM glibc_malloc_statements'), '<=', 100, 'the view shows no more');
+
+$small->safe_psql('postgres', q{
+	CREATE ROLE alice LOGIN; CREATE ROLE bob LOGIN; CREATE ROLE carol LOGIN;
+	GRANT pg_read_all_stats TO carol;
+	GRANT USAGE, CREATE ON SCHEMA public TO alice, bob, carol});
+$small->safe_psql('postgres', 'SELECT 42 AS alices', extra_params => [ '-U', 'alice' ]);
+$small->safe_psql('postgres', 'SELECT 43 AS bobs, 44', extra_params => [ '-U', 'bob' ]);
+my $alice = $small->safe_psql('postgres', "SELECT oid FROM pg_roles WHERE rolname = 'alice'");
+is($small->safe_psql('postgres', "SELECT count(*) FROM glibc_malloc_statements WHERE userid <> 'bob'::regrole", extra_params => [ '-U', 'bob' ]),
+	0, 'bob sees only his own rows');
+cmp_ok($small->safe_psql('postgres', "SELECT count(*) FROM glibc_malloc_statements WHERE userid = 'bob'::regrole", extra_params => [ '-U', 'bob' ]),
+	'>=', 1, 'and does see them');
+cmp_ok($small->safe_psql('postgres', "SELECT count(*) FROM glibc_malloc_statements WHERE userid = $alice", extra_params => [ '-U', 'carol' ]),
+	'>=', 1, 'a member of pg_read_all_stats sees alice\'s rows');
+($ret, $out, $err) = $small->psql('postgres', 'SELECT glibc_malloc_statements_reset()', extra_params => [ '-U', 'bob' ]);
+like($err, qr/permission denied for function glibc_malloc_statements_reset/, 'bob may not reset');
+cmp_ok($small->safe_psql('postgres', "SELECT count(*) FROM glibc_malloc_statements WHERE userid = 'bob'::regrole"),
+	'>=', 1, 'and his refused reset removed nothing');
+$small->safe_psql('postgres', "SELECT glibc_malloc_statements_reset($alice)");
+is($small->safe_psql('postgres', "SELECT count(*) FROM glibc_malloc_statements WHERE userid = $alice"), 0,
+	'a superuser\'s reset of one role removes its rows');
+cmp_ok($small->safe_psql('postgres', "SELECT count(*) FROM glibc_malloc_statements WHERE userid = 'bob'::regrole"),
+	'>=', 1, 'and no other role\'s');
+$small->safe_psql('postgres', 'GRANT EXECUTE ON FUNCTION glibc_malloc_statements_reset(oid, oid, bigint) TO bob');
+$small->safe_psql('postgres', 'SELECT glibc_malloc_statements_reset()', extra_params => [ '-U', 'bob' ]);
+is($small->safe_psql('postgres', "SELECT count(*) FROM glibc_malloc_statements WHERE queryid <> (SELECT queryid FROM pg_stat_statements WHERE query LIKE 'SELECT count(*) FROM glibc_malloc_statements WHERE queryid%' LIMIT 1)"),
+	0, 'granted EXECUTE, bob resets everything');
+is($small->safe_psql('postgres', 'SELECT dealloc FROM glibc_malloc_statements_info'), 0, 'and the counters of the info view');
+$small->stop;
+
+# compute_query_id = off (PostgreSQL 14+): nothing recorded, counted as such.
+SKIP:
+{
+	skip 'compute_query_id is PostgreSQL 14+', 2 if $pgver < 140000;
+	$node->safe_psql('postgres', 'SELECT glibc_malloc_statements_reset()');
+	$node->safe_psql('postgres', "SET compute_query_id = off; SELECT 'no id' AS marker; SELECT 'no id', 2");
+	is($node->safe_psql('postgres', "SELECT count(*) FROM glibc_malloc_statements s JOIN pg_stat_statements p USING (userid, dbid, queryid) WHERE p.query LIKE '%no id%'"),
+		0, 'compute_query_id = off: no rows');
+	cmp_ok($node->safe_psql('postgres', 'SELECT no_queryid FROM glibc_malloc_statements_info'), '>=', 2,
+		'the statements are counted as without a queryid');
+}
+
+# track_statements: none records nothing; all records nested statements too.
+$node->safe_psql('postgres', q{CREATE FUNCTION inner_sort() RETURNS void LANGUAGE plpgsql AS
+	$$ BEGIN PERFORM * FROM t ORDER BY c2 OFFSET 100000; END $$});
+$node->safe_psql('postgres', 'SELECT glibc_malloc_statements_reset()');
+$node->safe_psql('postgres', "SET glibc_malloc.track_statements = none; SELECT 'untracked'");
+is($node->safe_psql('postgres', "SELECT count(*) FROM glibc_malloc_statements s JOIN pg_stat_statements p USING (userid, dbid, queryid) WHERE p.query LIKE '%untracked%'"),
+	0, 'track_statements = none records nothing');
+$node->safe_psql('postgres', "SET work_mem = '64MB'; SET glibc_malloc.track_statements = 'all'; SET pg_stat_statements.track = 'all'; SELECT inner_sort()");
+my $nested = $node->safe_psql('postgres', q{SELECT s.toplevel || '|' || s.max_exec_peak_bytes FROM glibc_malloc_statements s
+	JOIN pg_stat_statements p USING (userid, dbid, queryid) WHERE p.query LIKE 'SELECT * FROM t ORDER BY c2%' LIMIT 1});
+my ($toplevel, $nested_peak) = split /\|/, $nested;
+is($toplevel, 'false', 'track_statements = all: the function\'s statement has a row, not top-level');
+cmp_ok($nested_peak // 0, '>', 0.8 * $sort_kb * 1024, 'with its sort\'s memory');
+$node->safe_psql('postgres', "SET work_mem = '64MB'; SELECT inner_sort()");
+$r = row_for('SELECT inner_sort()', ' AND s.toplevel');
+cmp_ok($r->{max_exec}, '>', 0.8 * $sort_kb * 1024,
+	'with top: the calling statement\'s peak includes the nested sort');
+
+# The doctor names the queryid behind a greedy backend's free heap.
+my $g = $node->background_psql('postgres');
+my $gpid = $g->query_safe("SET glibc_malloc.preset = 'greedy'; SET work_mem = '64MB'; $sort; SELECT pg_backend_pid()");
+my $qid = $node->safe_psql('postgres', q{SELECT queryid FROM pg_stat_statements WHERE query = 'SELECT * FROM t ORDER BY a OFFSET $1' AND toplevel IS NOT FALSE LIMIT 1});
+my $reason;
+ok( wait_for(sub {
+			$reason = $node->safe_psql('postgres', "SELECT reason FROM glibc_malloc_doctor() WHERE pid = $gpid AND kind = 'free_heap'");
+			$reason =~ /queryid/;
+		}, 10),
+	'the doctor\'s free-heap row for a greedy backend names a queryid');
+like($reason, qr/queryid \Q$qid\E /, 'the seed sort\'s, as pg_stat_statements has it');
+$g->quit;
+
+# Without pg_stat_statements: queryids from the core (14+) through
+# compute_query_id = auto; on 13 none, counted as such.
+my $bare = new_node('statements_bare');
+$bare->safe_psql('postgres', 'SELECT glibc_malloc_statements_reset()');
+$bare->safe_psql('postgres', "SET work_mem = '64MB'; SELECT count(*) FROM generate_series(1, 1000) g");
+my ($rows, $noid) = split /\|/, $bare->safe_psql('postgres', 'SELECT (SELECT count(*) FROM glibc_malloc_statements), no_queryid FROM glibc_malloc_statements_info');
+if ($pgver >= 140000)
+{
+	cmp_ok($rows, '>=', 1, 'without pg_stat_statements, statements are recorded (compute_query_id = auto)');
+}
+else
+{
+	is($rows, 0, 'PostgreSQL 13 without pg_stat_statements: no queryids, no rows');
+	cmp_ok($noid, '>=', 1, 'the statements are counted as without a queryid');
+}
+$bare->stop;
+
+# Nothing went wrong in the server.
+unlike(slurp_file($node->logfile), qr/TRAP|PANIC|server process .* was terminated/, 'no crash, no assertion failure');
+$node->stop;
+done_testing();
