@@ -25,7 +25,8 @@
  * ANALYZE), NULL without one.
  *
  * Eviction follows pg_stat_statements: every call adds to an entry's usage;
- * when the hash is full, every usage decays and the least used 5 % go.
+ * when the hash is full, every usage decays and the least used 10 % go
+ * (found by selection, not by sorting all).
  *
  * Calls allocator.c and settings.c.
  *
@@ -77,7 +78,7 @@ static int	statements_max = 5000;
 /* Eviction, as pg_stat_statements does it. */
 #define USAGE_CALL			1.0
 #define USAGE_DECREASE		0.99
-#define USAGE_DEALLOC_PCT	5
+#define USAGE_DEALLOC_PCT	10
 #define USAGE_MEDIAN_INIT	10.0
 
 /* Count, min, max, mean and the sum of squared deviations (Welford). */
@@ -295,19 +296,47 @@ count_no_queryid(void)
 	SpinLockRelease(&stmt_shared->mutex);
 }
 
-/* qsort: the least used first. */
-static int
-cmp_usage(const void *a, const void *b)
+/*
+ * Reorder entries[lo..hi] so that the k-th least used (0-based) is at k,
+ * the less used before it and the more used after it (quickselect: linear
+ * on average, where sorting them all would cost n log n at every eviction).
+ */
+static void
+select_least_used(GmStmtEntry **entries, int lo, int hi, int k)
 {
-	double		x = (*(GmStmtEntry *const *) a)->c.usage;
-	double		y = (*(GmStmtEntry *const *) b)->c.usage;
+	while (lo < hi)
+	{
+		double		pivot = entries[lo + (hi - lo) / 2]->c.usage;
+		int			i = lo;
+		int			j = hi;
 
-	return (x > y) - (x < y);
+		while (i <= j)
+		{
+			while (entries[i]->c.usage < pivot)
+				i++;
+			while (entries[j]->c.usage > pivot)
+				j--;
+			if (i <= j)
+			{
+				GmStmtEntry *t = entries[i];
+
+				entries[i++] = entries[j];
+				entries[j--] = t;
+			}
+		}
+		if (k <= j)
+			hi = j;
+		else if (k >= i)
+			lo = i;
+		else
+			return;
+	}
 }
 
 /*
- * Make room: decay every entry's usage and remove the least used 5 % (at
- * least 10).  Under the exclusive lock.
+ * Make room: decay every entry's usage and remove the least used tenth (at
+ * least 10); new entries start at the median usage of those kept.  Under
+ * the exclusive lock.
  */
 static void
 entry_dealloc(void)
@@ -325,13 +354,17 @@ entry_dealloc(void)
 		entries[n++] = entry;
 		entry->c.usage *= USAGE_DECREASE;
 	}
-	qsort(entries, n, sizeof(GmStmtEntry *), cmp_usage);
+	drop = Min(Max(10, n * USAGE_DEALLOC_PCT / 100), n);
+	if (drop > 0 && drop < n)
+	{
+		select_least_used(entries, 0, n - 1, drop - 1);
+		select_least_used(entries, drop, n - 1, drop + (n - drop) / 2);
+	}
 	SpinLockAcquire(&stmt_shared->mutex);
-	if (n > 0)
-		stmt_shared->median_usage = entries[n / 2]->c.usage;
+	if (drop < n)
+		stmt_shared->median_usage = entries[drop + (n - drop) / 2]->c.usage;
 	stmt_shared->dealloc++;
 	SpinLockRelease(&stmt_shared->mutex);
-	drop = Min(Max(10, n * USAGE_DEALLOC_PCT / 100), n);
 	for (int i = 0; i < drop; i++)
 		hash_search(stmt_hash, &entries[i]->key, HASH_REMOVE, NULL);
 	pfree(entries);

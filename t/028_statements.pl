@@ -120,12 +120,15 @@ is($r->{calls}, 1, 'and one completed call');
 my $small = new_node('statements_small',
 	"shared_preload_libraries = 'pg_stat_statements,glibc_malloc'\nglibc_malloc.statements_max = 100\n");
 $small->safe_psql('postgres', 'CREATE EXTENSION pg_stat_statements');
+$small->safe_psql('postgres', join '', map { "SELECT 'hot', $_;\n" } 1 .. 50);
 my $many = join '', map { 'SELECT 1' . ('+1' x $_) . ";\n" } 1 .. 300;
 $small->safe_psql('postgres', $many);
 my ($entries, $dealloc) = split /\|/, $small->safe_psql('postgres', 'SELECT entries, dealloc FROM glibc_malloc_statements_info');
 cmp_ok($entries, '<=', 100, "300 distinct statements: the hash keeps at most statements_max = 100 ($entries)");
 cmp_ok($dealloc, '>', 0, "evicting ($dealloc times)");
 cmp_ok($small->safe_psql('postgres', 'SELECT count(*) FROM glibc_malloc_statements'), '<=', 100, 'the view shows no more');
+is($small->safe_psql('postgres', q{SELECT s.calls FROM glibc_malloc_statements s JOIN pg_stat_statements p USING (userid, dbid, queryid) WHERE p.query = 'SELECT $1, $2'}),
+	50, 'the statement called 50 times survived the churn: the least used go');
 
 $small->safe_psql('postgres', q{
 	CREATE ROLE alice LOGIN; CREATE ROLE bob LOGIN; CREATE ROLE carol LOGIN;
