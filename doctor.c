@@ -33,6 +33,7 @@
 #include "miscadmin.h"
 #include "nodes/params.h"
 #include "utils/builtins.h"
+#include "utils/varlena.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 
@@ -218,6 +219,38 @@ cmp_finding(const void *a, const void *b)
 	return (x->pid > y->pid) - (x->pid < y->pid);
 }
 
+/*
+ * Whether shared_preload_libraries lists pg_stat_statements after
+ * glibc_malloc while statements are recorded (its ProcessUtility hook then
+ * runs first, and zeroes the queryid of utility statements).
+ */
+static bool
+pgss_after_us(void)
+{
+	const char *spl = GetConfigOption("shared_preload_libraries", true, false);
+	const char *track = GetConfigOption("glibc_malloc.track_statements", true, false);
+	List	   *names;
+	ListCell   *lc;
+	int			us = -1;
+	int			pgss = -1;
+	int			i = 0;
+
+	if (spl == NULL || track == NULL || strcmp(track, "none") == 0 ||
+		!SplitIdentifierString(pstrdup(spl), ',', &names))
+		return false;
+	foreach(lc, names)
+	{
+		const char *name = lfirst(lc);
+
+		if (strcmp(name, "glibc_malloc") == 0 && us < 0)
+			us = i;
+		else if (strcmp(name, "pg_stat_statements") == 0 && pgss < 0)
+			pgss = i;
+		i++;
+	}
+	return us >= 0 && pgss > us;
+}
+
 PG_FUNCTION_INFO_V1(glibc_malloc_doctor);
 
 /*
@@ -249,6 +282,10 @@ glibc_malloc_doctor(PG_FUNCTION_ARGS)
 		doctor_row(rsinfo, "environment", 0, -1,
 				   "GLIBC_TUNABLES or MALLOC_*_ in the server's environment freeze glibc's dynamic thresholds in every backend, for the life of the process",
 				   "remove them from the server's environment and use glibc_malloc.preset, which can be set per role, database and session");
+	if (pgss_after_us())
+		doctor_row(rsinfo, "preload_order", 0, -1,
+				   "shared_preload_libraries lists pg_stat_statements after glibc_malloc: pg_stat_statements hides the queryid of utility statements (CREATE INDEX, COPY, VACUUM...) from the modules it calls, so glibc_malloc_statements does not record them",
+				   "list pg_stat_statements first: shared_preload_libraries = 'pg_stat_statements,glibc_malloc' (a restart)");
 	if (!GM_WAIT_EVENTS_REPORTED())
 		doctor_row(rsinfo, "track_activities", 0, -1,
 				   "track_activities is off in this session, and maybe in others: before PostgreSQL 14 a backend with it off reports no wait events, so balanced and idle_release_delay never release its idle memory, and glibc_malloc_trim_idle() never finds it idle",

@@ -14,7 +14,8 @@ use Test::More;
 my $exporter = '/usr/bin/prometheus-postgres-exporter';
 plan skip_all => 'prometheus-postgres-exporter is not installed (scripts/deps installs it)' unless -x $exporter;
 
-my $node = new_node('exporter', "glibc_malloc.stats_interval = 0\nwork_mem = 32MB\n");
+my $node = new_node('exporter', "glibc_malloc.stats_interval = 0\nwork_mem = 32MB\n"
+	  . "shared_preload_libraries = 'pg_stat_statements,glibc_malloc'\n");
 $node->safe_psql('postgres', q{
 	CREATE ROLE alice LOGIN;
 	CREATE ROLE exporter LOGIN IN ROLE pg_monitor;
@@ -87,6 +88,17 @@ for my $m (qw(enabled engaged limited_processes guard_errors max_backend_memory_
 	is(metric("glibc_malloc_guard_$m"), $node->safe_psql('postgres', "SELECT ${m}::int FROM glibc_malloc_guard"),
 		"glibc_malloc_guard_$m as in the view");
 }
+# The top statements by executor memory: alice's big sort among them, with
+# the view's figures, and never more than ten.
+my ($qid, $peak, $calls) = split /\|/, $node->safe_psql('postgres',
+	"SELECT queryid, max_exec_peak_bytes, calls FROM glibc_malloc_statements WHERE userid = 'alice'::regrole ORDER BY max_exec_peak_bytes DESC NULLS LAST LIMIT 1");
+ok($qid, 'alice\'s big sort has a row in glibc_malloc_statements');
+is(metric('glibc_malloc_statements_top_max_exec_peak_bytes', queryid => $qid, usename => 'alice'), $peak,
+	'glibc_malloc_statements_top_max_exec_peak_bytes of its queryid as in the view');
+is(metric('glibc_malloc_statements_top_calls', queryid => $qid), $calls, 'and its calls');
+my $series = () = $metrics =~ /^glibc_malloc_statements_top_max_exec_peak_bytes\{/mg;
+cmp_ok($series, '>=', 1, "statements are exported ($series series)");
+cmp_ok($series, '<=', 10, 'at most ten: the cardinality is bounded');
 unlike($err, qr/level=error/, 'the exporter logged no error') or diag $err;
 
 $h->kill_kill;

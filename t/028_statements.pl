@@ -202,6 +202,24 @@ ok( wait_for(sub {
 like($reason, qr/queryid \Q$qid\E /, 'the seed sort\'s, as pg_stat_statements has it');
 $g->quit;
 
+is($node->safe_psql('postgres', "SELECT count(*) FROM glibc_malloc_doctor() WHERE kind = 'preload_order'"), 0,
+	'pg_stat_statements listed first: no preload_order advice');
+
+# pg_stat_statements listed after glibc_malloc hides utility statements'
+# queryids: they are not recorded, and the doctor says why.
+my $late = new_node('statements_late', "shared_preload_libraries = 'glibc_malloc,pg_stat_statements'\n");
+$late->safe_psql('postgres', 'CREATE EXTENSION pg_stat_statements; CREATE TABLE u (a int)');
+$late->safe_psql('postgres', 'CREATE INDEX u_a ON u (a)');
+SKIP:
+{
+	skip 'utility statements have no queryid before PostgreSQL 14', 1 if $pgver < 140000;
+	is($late->safe_psql('postgres', q{SELECT count(*) FROM glibc_malloc_statements s JOIN pg_stat_statements p USING (userid, dbid, queryid) WHERE p.query = 'CREATE INDEX u_a ON u (a)'}),
+		0, 'listed after glibc_malloc, pg_stat_statements hides CREATE INDEX from it');
+}
+like($late->safe_psql('postgres', "SELECT action FROM glibc_malloc_doctor() WHERE kind = 'preload_order'"),
+	qr/shared_preload_libraries = 'pg_stat_statements,glibc_malloc'/, 'the doctor advises listing pg_stat_statements first');
+$late->stop;
+
 # Without pg_stat_statements: queryids from the core (14+) through
 # compute_query_id = auto; on 13 none, counted as such.
 my $bare = new_node('statements_bare');
