@@ -336,9 +336,10 @@ select_least_used(GmStmtEntry **entries, int lo, int hi, int k)
 /*
  * Make room: decay every entry's usage and remove the least used tenth (at
  * least 10); new entries start at the median usage of those kept.  Under
- * the exclusive lock.
+ * the exclusive lock.  False if it could not (no memory for the list: the
+ * statement being stored is then not recorded, and does not fail).
  */
-static void
+static bool
 entry_dealloc(void)
 {
 	HASH_SEQ_STATUS seq;
@@ -347,7 +348,10 @@ entry_dealloc(void)
 	int			n = 0;
 	int			drop;
 
-	entries = palloc(hash_get_num_entries(stmt_hash) * sizeof(GmStmtEntry *));
+	entries = palloc_extended(Max(hash_get_num_entries(stmt_hash), 1) * sizeof(GmStmtEntry *),
+							  MCXT_ALLOC_NO_OOM);
+	if (entries == NULL)
+		return false;
 	hash_seq_init(&seq, stmt_hash);
 	while ((entry = hash_seq_search(&seq)) != NULL)
 	{
@@ -368,9 +372,13 @@ entry_dealloc(void)
 	for (int i = 0; i < drop; i++)
 		hash_search(stmt_hash, &entries[i]->key, HASH_REMOVE, NULL);
 	pfree(entries);
+	return drop > 0;
 }
 
-/* The entry of key, made (evicting) if new; under the exclusive lock. */
+/*
+ * The entry of key, made (evicting) if new; NULL if there is no room.  Under
+ * the exclusive lock.
+ */
 static GmStmtEntry *
 entry_alloc(const GmStmtKey *key)
 {
@@ -378,9 +386,10 @@ entry_alloc(const GmStmtKey *key)
 	bool		found;
 
 	while (hash_get_num_entries(stmt_hash) >= statements_max)
-		entry_dealloc();
-	entry = hash_search(stmt_hash, key, HASH_ENTER, &found);
-	if (!found)
+		if (!entry_dealloc())
+			return NULL;
+	entry = hash_search(stmt_hash, key, HASH_ENTER_NULL, &found);
+	if (entry != NULL && !found)
 	{
 		memset(&entry->c, 0, sizeof(entry->c));
 		SpinLockAcquire(&stmt_shared->mutex);
@@ -430,6 +439,11 @@ store(const GmStmtKey *key, int64 calls, int64 plan_bytes, int64 exec_bytes,
 		LWLockRelease(stmt_shared->lock);
 		LWLockAcquire(stmt_shared->lock, LW_EXCLUSIVE);
 		entry = entry_alloc(key);
+		if (entry == NULL)
+		{
+			LWLockRelease(stmt_shared->lock);
+			return;
+		}
 	}
 	SpinLockAcquire(&entry->mutex);
 	entry->c.usage += USAGE_CALL;
