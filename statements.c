@@ -221,6 +221,23 @@ gm_statements_startup(void)
 	LWLockRelease(AddinShmemInitLock);
 }
 
+/*
+ * Check hook for glibc_malloc.statements_max without preloading (then
+ * SUSET: PostgreSQL refuses PGC_POSTMASTER variables defined after start):
+ * no hash exists, so only the value in force is accepted.
+ */
+static bool
+check_statements_max(int *newval, void **extra, GucSource source)
+{
+	if (!process_shared_preload_libraries_in_progress && stmt_hash == NULL &&
+		*newval != statements_max)
+	{
+		GUC_check_errdetail("glibc_malloc.statements_max takes effect only when glibc_malloc is loaded through shared_preload_libraries.");
+		return false;
+	}
+	return true;
+}
+
 /* Define glibc_malloc.track_statements and statements_max; from _PG_init. */
 void
 gm_statements_define_gucs(void)
@@ -238,12 +255,12 @@ gm_statements_define_gucs(void)
 	/* POSTMASTER: the hash's size is fixed at server start. */
 	DefineCustomIntVariable("glibc_malloc.statements_max",
 							"The most statements glibc_malloc_statements keeps; the least used go first.",
-							NULL,
+							"Needs shared_preload_libraries.",
 							&statements_max,
 							5000, 100, INT_MAX / 2,
-							PGC_POSTMASTER,
+							process_shared_preload_libraries_in_progress ? PGC_POSTMASTER : PGC_SUSET,
 							0,
-							NULL, NULL, NULL);
+							check_statements_max, NULL, NULL);
 }
 
 /* Called from _PG_init while preloading: the shared hash, and queryids. */

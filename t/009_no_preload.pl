@@ -39,6 +39,12 @@ like($err, qr/glibc_malloc.arena_max takes effect only when glibc_malloc is load
 like($err, qr/arena_test takes effect only when glibc_malloc is loaded through shared_preload_libraries/,
 	'SET arena_test likewise');
 
+($ret, $out, $err) = $node->psql('postgres', "LOAD 'glibc_malloc'; SET glibc_malloc.statements_max = 200");
+like($err, qr/glibc_malloc.statements_max takes effect only when glibc_malloc is loaded through shared_preload_libraries/,
+	'SET statements_max likewise (the server started: no FATAL for a PGC_POSTMASTER variable defined late)');
+is($node->safe_psql('postgres', "LOAD 'glibc_malloc'; SET glibc_malloc.track_statements = 'all'; SELECT count(*) FROM generate_series(1, 10)"),
+	'10', 'statements run with the hooks loaded and no hash to record into');
+
 # session_preload_libraries, with settings in postgresql.conf: the presets
 # apply; arena_max in the file is refused with that explanation.
 $node->append_conf('postgresql.conf',
@@ -55,6 +61,8 @@ like(slurp_file($node->logfile, $log_offset), qr/arena_max takes effect only whe
 # The cross-backend view and functions need preloading, and say so.
 ($ret, $out, $err) = $node->psql('postgres', 'SELECT * FROM glibc_malloc_backends');
 like($err, qr/glibc_malloc must be loaded via shared_preload_libraries/, 'the view says it needs preloading');
+($ret, $out, $err) = $node->psql('postgres', 'SELECT * FROM glibc_malloc_statements');
+like($err, qr/glibc_malloc must be loaded via shared_preload_libraries to record statements/, 'so does glibc_malloc_statements');
 ($ret, $out, $err) = $node->psql('postgres', 'SELECT glibc_malloc_trim_backend(pg_backend_pid())');
 like($err, qr/glibc_malloc must be loaded via shared_preload_libraries/, 'so does trim_backend');
 is($node->safe_psql('postgres', 'SELECT rss_anon_bytes > 0 FROM glibc_malloc_stats()'), 't',
