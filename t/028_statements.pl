@@ -192,7 +192,8 @@ cmp_ok($r->{max_exec}, '>', 0.8 * $sort_kb * 1024,
 # The doctor names the queryid behind a greedy backend's free heap.
 my $g = $node->background_psql('postgres');
 my $gpid = $g->query_safe("SET glibc_malloc.preset = 'greedy'; SET work_mem = '64MB'; $sort; SELECT pg_backend_pid()");
-my $qid = $node->safe_psql('postgres', q{SELECT queryid FROM pg_stat_statements WHERE query = 'SELECT * FROM t ORDER BY a OFFSET $1' AND toplevel IS NOT FALSE LIMIT 1});
+my $qid = $node->safe_psql('postgres', q{SELECT queryid FROM pg_stat_statements WHERE query = 'SELECT * FROM t ORDER BY a OFFSET $1'}
+	  . ($pgver >= 140000 ? ' AND toplevel' : '') . ' LIMIT 1');
 my $reason;
 ok( wait_for(sub {
 			$reason = $node->safe_psql('postgres', "SELECT reason FROM glibc_malloc_doctor() WHERE pid = $gpid AND kind = 'free_heap'");
