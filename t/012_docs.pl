@@ -33,6 +33,57 @@ is_deeply(documented_gucs("$root/docs/reference.md"), \@gucs,
 	'docs/reference.md documents exactly the GUCs in pg_settings');
 is_deeply(documented_gucs("$root/README.md"), \@gucs, 'so does the README\'s table');
 
+# The reference's GUC table against pg_settings: type, unit, default,
+# context, and the range where the row states one as "A .. B".
+my %want;
+for (split /\n/, $node->safe_psql('postgres',
+	"SELECT name, vartype, coalesce(unit, ''), boot_val, context, coalesce(min_val, ''), coalesce(max_val, '') FROM pg_settings WHERE name LIKE 'glibc_malloc.%'"))
+{
+	my ($name, @f) = split /\|/, $_, -1;
+	@{ $want{$name} }{qw(type unit boot context min max)} = @f;
+}
+my %in_base = (B => 1, kB => 1024, MB => 1024**2, GB => 1024**3, ms => 1, s => 1000, min => 60000);
+# A documented value ("64MB", "2 GB", "1s", "-1") in the GUC's own unit.
+sub in_unit
+{
+	my ($v, $unit) = @_;
+	my ($n, $u) = $v =~ /^(-?[\d.]+)\s*([a-zA-Z]*)$/ or return undef;
+	return $n if $u eq '' || $n == -1;
+	return undef unless $in_base{$u} && $in_base{$unit};
+	return $n * $in_base{$u} / $in_base{$unit};
+}
+my %type_word = (enum => 'enum', integer => 'integer', real => 'real', boolean => 'bool', string => 'string');
+my %unit_word = (kB => 'kB', ms => 'ms', bytes => 'B');
+for my $line (split /\n/, slurp_file("$root/docs/reference.md"))
+{
+	next unless $line =~ /^\|\s*`(glibc_malloc\.\w+)`\s*\|([^|]*)\|([^|]*)\|([^|]*)\|/;
+	my ($name, $type, $default, $who) = ($1, $2, $3, $4);
+	my $w = $want{$name} or next;
+	my ($tw) = $type =~ /^\s*(\w+)/;
+	is($type_word{$tw} // $tw, $w->{type}, "reference: $name is $w->{type}");
+	my ($uw) = $type =~ /^\s*\w+(?::[^,]*)?,\s*(kB|ms|bytes)\b/;
+	is($unit_word{ $uw // '' } // '', $w->{unit}, "reference: ${name}'s unit is '$w->{unit}'");
+	my ($d) = $default =~ /`([^`]*)`/;
+	$d = '' if defined $d && $d eq "''";
+	my $boot = $w->{boot};
+	if ($w->{type} eq 'integer' || $w->{type} eq 'real')
+	{
+		is(in_unit($d // '?', $w->{unit}), $boot, "reference: ${name}'s default $d is $boot $w->{unit}");
+	}
+	else
+	{
+		is($d, $boot, "reference: ${name}'s default is '$boot'");
+	}
+	my ($ctx) = $who =~ /\(`(\w+)`\)/;
+	is($ctx, $w->{context}, "reference: $name is set in context $w->{context}");
+	if ($type =~ /(-?[\d.]+\s*(?:[kMG]B)?)\s*\.\.\s*(-?[\d.]+\s*(?:[kMG]B)?)(?![\s\d]*[×x*])/)
+	{
+		my ($lo, $hi) = (in_unit($1, $w->{unit}), in_unit($2, $w->{unit}));
+		ok(defined $lo && abs($lo - $w->{min}) <= 1 && defined $hi && abs($hi - $w->{max}) <= 1,
+			"reference: ${name}'s range $1 .. $2 is pg_settings' $w->{min} .. $w->{max} $w->{unit}");
+	}
+}
+
 my $reference = slurp_file("$root/docs/reference.md");
 my @objects = split /\n/, $node->safe_psql('postgres', q{
 	SELECT coalesce(p.proname, c.relname)
