@@ -167,7 +167,7 @@ largest_statement(const GmSnapshot *s)
 {
 	if (s->top_queryid == 0 || s->top_executor_bytes < GM_DOCTOR_STATEMENT_MIN)
 		return "";
-	return psprintf("; its largest statement since it last returned free heap used %s of executor memory: queryid " INT64_FORMAT " in glibc_malloc_statements and pg_stat_statements",
+	return psprintf("; its largest statement since it last returned free heap allocated %s of executor memory: queryid " INT64_FORMAT " in glibc_malloc_statements and pg_stat_statements",
 					pretty_bytes(s->top_executor_bytes), s->top_queryid);
 }
 

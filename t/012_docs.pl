@@ -7,10 +7,13 @@ use FindBin;
 use lib $FindBin::RealBin;
 use GlibcMallocTest;
 use PostgreSQL::Test::Utils;
+use IPC::Run;
 use Test::More;
 
 my $root = "$FindBin::RealBin/..";
-my $node = new_node('docs');
+my $node = new_node('docs', "shared_preload_libraries = 'pg_stat_statements,glibc_malloc'\n");
+$node->safe_psql('postgres', 'CREATE EXTENSION pg_stat_statements');
+my $pgver = $node->safe_psql('postgres', 'SHOW server_version_num');
 my @gucs = split /\n/, $node->safe_psql('postgres',
 	"SELECT name FROM pg_settings WHERE name LIKE 'glibc_malloc.%' ORDER BY name");
 cmp_ok(scalar @gucs, '>=', 12, 'pg_settings lists the module\'s GUCs');
@@ -97,6 +100,39 @@ for my $o (@objects)
 {
 	like($reference, qr/`$o(\(|`)/, "docs/reference.md documents $o");
 }
+
+# Sample output: every ```sql block followed at once by an output block, in
+# the README and docs/, runs, and returns the columns the sample shows; and
+# every view and function of the extension has such a sample.
+my %sampled;
+my $nsamples = 0;
+for my $file ("$root/README.md", glob("$root/docs/*.md"))
+{
+	my $text = slurp_file($file);
+	(my $short = $file) =~ s{^\Q$root\E/}{};
+	while ($text =~ /```sql\n((?:(?!```).)*?)```\n```\n([^\n]*)\n/sg)
+	{
+		my ($sql, $header) = ($1, $2);
+		next unless $header =~ /\|/ || $header =~ /^\s*\w+\s*$/;
+		$sql =~ s/\s+$//;
+		if ($pgver < 140000 && $sql =~ /\btoplevel\b/)
+		{
+			note "$short: skipping a sample that joins on toplevel (pg_stat_statements 13 has none)";
+			next;
+		}
+		$nsamples++;
+		my ($out, $err) = ('', '');
+		IPC::Run::run([ 'psql', '-X', '-A', '-F', '|', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('postgres'), '-c', $sql ],
+			'>', \$out, '2>', \$err);
+		my @want = map { s/^\s+|\s+$//gr } split /\|/, $header, -1;
+		my @got = split /\|/, (split /\n/, $out)[0] // '', -1;
+		is_deeply(\@got, \@want, "$short: the sample of \"" . substr($sql =~ s/\s+/ /gr, 0, 60) . "...\" has these columns")
+		  or diag $err;
+		$sampled{$1} = 1 while $sql =~ /\b(glibc_malloc_\w+)/g;
+	}
+}
+cmp_ok($nsamples, '>=', 16, "the docs have samples ($nsamples)");
+ok($sampled{$_}, "the docs show sample output of $_") for @objects;
 
 # Every doc the README links to exists.
 for my $link (slurp_file("$root/README.md") =~ /\]\(((?:docs\/)?[\w.\/-]+\.md)\)/g)
