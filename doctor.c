@@ -219,16 +219,37 @@ cmp_finding(const void *a, const void *b)
 	return (x->pid > y->pid) - (x->pid < y->pid);
 }
 
+#if PG_VERSION_NUM >= 140000
+/* A library's name as shared_preload_libraries gives it, without "$libdir/" or ".so". */
+static const char *
+library_name(char *name)
+{
+	char	   *slash = strrchr(name, '/');
+	size_t		len;
+
+	if (slash)
+		name = slash + 1;
+	len = strlen(name);
+	if (len > 3 && strcmp(name + len - 3, ".so") == 0)
+		name[len - 3] = '\0';
+	return name;
+}
+#endif
+
 /*
  * Whether shared_preload_libraries lists pg_stat_statements after
- * glibc_malloc while statements are recorded (its ProcessUtility hook then
- * runs first, and zeroes the queryid of utility statements).
+ * glibc_malloc while both record utility statements (PostgreSQL 14+, where
+ * they have queryids): pg_stat_statements' ProcessUtility hook then runs
+ * first and zeroes their queryid before glibc_malloc's sees it.
  */
 static bool
 pgss_after_us(void)
 {
+#if PG_VERSION_NUM >= 140000
 	const char *spl = GetConfigOption("shared_preload_libraries", true, false);
 	const char *track = GetConfigOption("glibc_malloc.track_statements", true, false);
+	const char *pgss_track = GetConfigOption("pg_stat_statements.track", true, false);
+	const char *pgss_utility = GetConfigOption("pg_stat_statements.track_utility", true, false);
 	List	   *names;
 	ListCell   *lc;
 	int			us = -1;
@@ -236,11 +257,13 @@ pgss_after_us(void)
 	int			i = 0;
 
 	if (spl == NULL || track == NULL || strcmp(track, "none") == 0 ||
+		pgss_track == NULL || strcmp(pgss_track, "none") == 0 ||
+		pgss_utility == NULL || strcmp(pgss_utility, "on") != 0 ||
 		!SplitIdentifierString(pstrdup(spl), ',', &names))
 		return false;
 	foreach(lc, names)
 	{
-		const char *name = lfirst(lc);
+		const char *name = library_name(lfirst(lc));
 
 		if (strcmp(name, "glibc_malloc") == 0 && us < 0)
 			us = i;
@@ -249,6 +272,9 @@ pgss_after_us(void)
 		i++;
 	}
 	return us >= 0 && pgss > us;
+#else
+	return false;				/* no queryids for utility statements */
+#endif
 }
 
 PG_FUNCTION_INFO_V1(glibc_malloc_doctor);

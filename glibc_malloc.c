@@ -409,7 +409,8 @@ static PlannedStmt *
 gm_planner(Query *parse, const char *query_string, int cursorOptions,
 		   ParamListInfo boundParams)
 {
-	MemoryContext old = gm_statements_plan_start(parse, nesting);
+	MemoryContext planner_cxt = NULL;
+	MemoryContext old = gm_statements_plan_start(parse, nesting, &planner_cxt);
 	PlannedStmt *result;
 
 	nesting++;
@@ -423,10 +424,13 @@ gm_planner(Query *parse, const char *query_string, int cursorOptions,
 	PG_FINALLY();
 	{
 		nesting--;
+		/* Never leave the planning's context current, not even on error. */
+		if (old != NULL)
+			MemoryContextSwitchTo(old);
 	}
 	PG_END_TRY();
 	if (old != NULL)
-		gm_statements_plan_end(old, parse, nesting);
+		gm_statements_plan_end(planner_cxt, parse, nesting);
 	return result;
 }
 
@@ -497,6 +501,15 @@ gm_xact_callback(XactEvent event, void *arg)
 		default:
 			break;
 	}
+}
+
+/* A subtransaction aborted: its statements will not reach ExecutorEnd. */
+static void
+gm_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
+					SubTransactionId parentSubid, void *arg)
+{
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		gm_statements_subxact_abort(mySubid);
 }
 
 /*
@@ -581,4 +594,5 @@ _PG_init(void)
 	prev_emit_log_hook = emit_log_hook;
 	emit_log_hook = gm_emit_log_hook;
 	RegisterXactCallback(gm_xact_callback, NULL);
+	RegisterSubXactCallback(gm_subxact_callback, NULL);
 }

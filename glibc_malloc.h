@@ -357,19 +357,21 @@ typedef struct GmUtilityMark
 {
 	bool		tracked;
 	GmStmtKey	key;
+	uint64		top_gen;		/* statements.c's count of top-level starts */
 	int64		heap_bytes;
 	int64		mmapped_bytes;
 } GmUtilityMark;
 extern void gm_statements_define_gucs(void);
 extern void gm_statements_init(void);
 extern bool gm_statements_tracking(void);
-extern MemoryContext gm_statements_plan_start(Query *parse, int nesting);
-extern void gm_statements_plan_end(MemoryContext old, Query *parse, int nesting);
+extern MemoryContext gm_statements_plan_start(Query *parse, int nesting, MemoryContext *planner_cxt);
+extern void gm_statements_plan_end(MemoryContext planner_cxt, Query *parse, int nesting);
 extern void gm_statements_executor_start(QueryDesc *queryDesc, int eflags, int nesting);
 extern void gm_statements_executor_end(QueryDesc *queryDesc);
 extern bool gm_statements_utility_start(PlannedStmt *pstmt, int nesting, GmUtilityMark *mark);
 extern void gm_statements_utility_end(GmUtilityMark *mark);
 extern void gm_statements_note_oom(bool limit);
+extern void gm_statements_subxact_abort(SubTransactionId subid);
 extern void gm_statements_transaction_end(void);
 
 /* 5. doctor.c (stats.c has no entry points of its own but SQL functions) */

@@ -155,8 +155,16 @@ gm_guard_error_hint(ErrorData *edata)
 	char		buf[512];
 	char	   *hint;
 
-	if (edata->elevel < ERROR || edata->sqlerrcode != ERRCODE_OUT_OF_MEMORY ||
-		edata->message_id == NULL || strcmp(edata->message_id, "out of memory") != 0)
+	if (edata->elevel < ERROR || edata->sqlerrcode != ERRCODE_OUT_OF_MEMORY)
+		return GM_OOM_NONE;
+	/*
+	 * A parallel worker's error, raised again in the leader, has its text
+	 * but no message_id: one to count, not the leader's limit to explain.
+	 */
+	if (edata->message_id == NULL)
+		return edata->message && strcmp(edata->message, "out of memory") == 0 ?
+			GM_OOM_OTHER : GM_OOM_NONE;
+	if (strcmp(edata->message_id, "out of memory") != 0)
 		return GM_OOM_NONE;
 	if (edata->hint != NULL || !gm_guarded_process())
 		return GM_OOM_OTHER;

@@ -28,7 +28,7 @@
  * when the hash is full, every usage decays and the least used 10 % go
  * (found by selection, not by sorting all).
  *
- * Calls allocator.c and settings.c.
+ * Calls allocator.c.
  *
  *-------------------------------------------------------------------------
  */
@@ -38,6 +38,7 @@
 
 #include "access/htup_details.h"
 #include "access/parallel.h"
+#include "access/xact.h"
 #include "catalog/pg_authid.h"
 #include "executor/executor.h"
 #include "fmgr.h"
@@ -118,7 +119,7 @@ typedef struct GmStmtShared
 	slock_t		mutex;			/* protects the fields below */
 	double		median_usage;
 	int64		dealloc;
-	int64		no_queryid;
+	pg_atomic_uint64 no_queryid;	/* statements without a queryid */
 	TimestampTz stats_reset;
 } GmStmtShared;
 
@@ -134,7 +135,9 @@ static shmem_request_hook_type prev_shmem_request_hook = NULL;
  * A running statement, by QueryDesc: its key, glibc's heap and mmapped bytes
  * at its start, and its planning.  Executors nest (functions, triggers,
  * cursors); a statement ended by an error never reaches ExecutorEnd, so the
- * slots are freed at transaction end.
+ * slots are freed when its subtransaction aborts, and at transaction end.
+ * With all slots taken, a new statement is not recorded (a running one is
+ * never dropped).
  */
 #define GM_STMT_SLOTS 16
 typedef struct GmStmtRun
@@ -144,18 +147,25 @@ typedef struct GmStmtRun
 	int64		heap_bytes;
 	int64		mmapped_bytes;
 	int64		plan_bytes;		/* -1: not planned for this run */
+	uint64		top_gen;		/* top_gen at its start */
+	SubTransactionId subid;		/* the subtransaction it started in */
 } GmStmtRun;
 
 static GmStmtRun runs[GM_STMT_SLOTS];
-static int	next_run = 0;
 
 /* The last planning measured, until its executor starts. */
 static uint64 planned_queryid = 0;
 static int	planned_nesting = -1;
 static int64 planned_bytes = -1;
 
-/* The largest executor memory since the top-level statement started. */
+/*
+ * The largest executor memory since the last top-level statement started,
+ * and a count of top-level starts: a top-level statement takes top_peak at
+ * its end only if no other top-level statement started meanwhile (another
+ * open portal's).
+ */
 static int64 top_peak = -1;
+static uint64 top_gen = 0;
 
 /* The top-level statement running, for its "out of memory" errors. */
 static GmStmtKey cur_key;
@@ -210,7 +220,7 @@ gm_statements_startup(void)
 		SpinLockInit(&stmt_shared->mutex);
 		stmt_shared->median_usage = USAGE_MEDIAN_INIT;
 		stmt_shared->dealloc = 0;
-		stmt_shared->no_queryid = 0;
+		pg_atomic_init_u64(&stmt_shared->no_queryid, 0);
 		stmt_shared->stats_reset = GetCurrentTimestamp();
 	}
 	memset(&info, 0, sizeof(info));
@@ -275,7 +285,13 @@ gm_statements_init(void)
 #endif
 	prev_shmem_startup_hook = shmem_startup_hook;
 	shmem_startup_hook = gm_statements_startup;
-	GM_ENABLE_QUERY_ID();
+	/*
+	 * Ask for queryids (compute_query_id = auto) only if statements are
+	 * recorded at server start: with track_statements = none in the
+	 * configuration, query jumbling costs nothing here.
+	 */
+	if (track != GM_TRACK_NONE)
+		GM_ENABLE_QUERY_ID();
 }
 
 /* Whether a statement at this nesting level is recorded. */
@@ -308,9 +324,7 @@ make_key(GmStmtKey *key, uint64 queryid, int nesting)
 static void
 count_no_queryid(void)
 {
-	SpinLockAcquire(&stmt_shared->mutex);
-	stmt_shared->no_queryid++;
-	SpinLockRelease(&stmt_shared->mutex);
+	pg_atomic_fetch_add_u64(&stmt_shared->no_queryid, 1);
 }
 
 /*
@@ -366,7 +380,7 @@ entry_dealloc(void)
 	int			drop;
 
 	entries = palloc_extended(Max(hash_get_num_entries(stmt_hash), 1) * sizeof(GmStmtEntry *),
-							  MCXT_ALLOC_NO_OOM);
+							  MCXT_ALLOC_NO_OOM | MCXT_ALLOC_HUGE);
 	if (entries == NULL)
 		return false;
 	hash_seq_init(&seq, stmt_hash);
@@ -449,6 +463,9 @@ store(const GmStmtKey *key, int64 calls, int64 plan_bytes, int64 exec_bytes,
 {
 	GmStmtEntry *entry;
 
+	/* An error left the lock held (a background worker's exit): skip. */
+	if (LWLockHeldByMe(stmt_shared->lock))
+		return;
 	LWLockAcquire(stmt_shared->lock, LW_SHARED);
 	entry = hash_search(stmt_hash, key, HASH_FIND, NULL);
 	if (entry == NULL)
@@ -512,6 +529,7 @@ top_start(const GmStmtKey *key)
 	static bool exit_hook = false;
 
 	top_peak = -1;
+	top_gen++;
 	if (key)
 	{
 		cur_key = *key;
@@ -529,11 +547,12 @@ top_start(const GmStmtKey *key)
 }
 
 /*
- * The planner hook's first half: a memory context for the planning, current
- * now, when the statement is recorded; else NULL.
+ * The planner hook's first half: when the statement is recorded, a memory
+ * context for the planning, made current; returns the context to go back to
+ * (NULL: not measured).
  */
 MemoryContext
-gm_statements_plan_start(Query *parse, int nesting)
+gm_statements_plan_start(Query *parse, int nesting, MemoryContext *planner_cxt)
 {
 	if (!tracked(nesting) || parse->queryId == UINT64CONST(0))
 		return NULL;
@@ -545,21 +564,21 @@ gm_statements_plan_start(Query *parse, int nesting)
 		cur_key = key;
 		cur_key_valid = true;
 	}
-	return MemoryContextSwitchTo(AllocSetContextCreate(CurrentMemoryContext,
-													   "glibc_malloc planner",
-													   ALLOCSET_DEFAULT_SIZES));
+	*planner_cxt = AllocSetContextCreate(CurrentMemoryContext, "glibc_malloc planner",
+										 ALLOCSET_DEFAULT_SIZES);
+	return MemoryContextSwitchTo(*planner_cxt);
 }
 
-/* Its second half: the bytes planning used, kept for the executor start. */
+/*
+ * Its second half, once the caller's context is current again: the bytes
+ * planning used, kept for the executor start.
+ */
 void
-gm_statements_plan_end(MemoryContext old, Query *parse, int nesting)
+gm_statements_plan_end(MemoryContext planner_cxt, Query *parse, int nesting)
 {
-	MemoryContext cxt = CurrentMemoryContext;
-
-	MemoryContextSwitchTo(old);
 	planned_queryid = parse->queryId;
 	planned_nesting = nesting;
-	planned_bytes = gm_context_used(cxt);
+	planned_bytes = gm_context_used(planner_cxt);
 }
 
 /* ExecutorStart: note the statement's start. */
@@ -588,16 +607,15 @@ gm_statements_executor_start(QueryDesc *queryDesc, int eflags, int nesting)
 		if (runs[i].query == NULL || runs[i].query == queryDesc)
 			run = &runs[i];
 	if (run == NULL)
-	{
-		run = &runs[next_run];
-		next_run = (next_run + 1) % GM_STMT_SLOTS;
-	}
+		return;
 	gm_mallinfo(&mi);
 	run->query = queryDesc;
 	run->key = key;
 	run->heap_bytes = mi.arena;
 	run->mmapped_bytes = mi.hblkhd;
 	run->plan_bytes = -1;
+	run->top_gen = top_gen;
+	run->subid = GetCurrentSubTransactionId();
 	if (planned_queryid == queryid && planned_nesting == nesting)
 	{
 		run->plan_bytes = planned_bytes;
@@ -619,13 +637,14 @@ gm_statements_executor_end(QueryDesc *queryDesc)
 	int64		bytes;
 	int64		peak;
 
-	if (!gm_statements_tracking() || queryDesc->estate == NULL)
+	if (!gm_statements_tracking() || queryDesc->estate == NULL ||
+		(queryDesc->estate->es_top_eflags & EXEC_FLAG_EXPLAIN_ONLY))
 		return;
 	for (int i = 0; i < GM_STMT_SLOTS && run == NULL; i++)
 		if (runs[i].query == queryDesc)
 			run = &runs[i];
 	bytes = gm_context_used(queryDesc->estate->es_query_cxt);
-	peak = Max(bytes, run && run->key.toplevel ? top_peak : -1);
+	peak = Max(bytes, run && run->key.toplevel && run->top_gen == top_gen ? top_peak : -1);
 	top_peak = Max(top_peak, bytes);
 	if (run == NULL)
 		return;
@@ -663,6 +682,7 @@ gm_statements_utility_start(PlannedStmt *pstmt, int nesting, GmUtilityMark *mark
 	}
 	gm_mallinfo(&mi);
 	mark->tracked = true;
+	mark->top_gen = top_gen;
 	mark->heap_bytes = mi.arena;
 	mark->mmapped_bytes = mi.hblkhd;
 	return true;
@@ -677,7 +697,7 @@ gm_statements_utility_end(GmUtilityMark *mark)
 	if (!mark->tracked || stmt_hash == NULL)
 		return;
 	gm_mallinfo(&mi);
-	store(&mark->key, 1, -1, mark->key.toplevel ? top_peak : -1,
+	store(&mark->key, 1, -1, mark->key.toplevel && mark->top_gen == top_gen ? top_peak : -1,
 		  (int64) mi.arena - mark->heap_bytes, (int64) mi.hblkhd - mark->mmapped_bytes, 0, 0);
 	if (mark->key.toplevel)
 		cur_key_valid = false;
@@ -710,6 +730,15 @@ gm_statements_note_oom(bool limit)
 	pending_oom[i].errors++;
 	if (limit)
 		pending_oom[i].limit_errors++;
+}
+
+/* A subtransaction aborted: its statements never reach ExecutorEnd. */
+void
+gm_statements_subxact_abort(SubTransactionId subid)
+{
+	for (int i = 0; i < GM_STMT_SLOTS; i++)
+		if (runs[i].query != NULL && runs[i].subid >= subid)
+			runs[i].query = NULL;
 }
 
 /* At top-level transaction end: no statement runs; free the slots. */
@@ -824,7 +853,7 @@ glibc_malloc_statements_info(PG_FUNCTION_ARGS)
 	LWLockRelease(stmt_shared->lock);
 	SpinLockAcquire(&stmt_shared->mutex);
 	values[1] = Int64GetDatum(stmt_shared->dealloc);
-	values[2] = Int64GetDatum(stmt_shared->no_queryid);
+	values[2] = Int64GetDatum((int64) pg_atomic_read_u64(&stmt_shared->no_queryid));
 	values[3] = TimestampTzGetDatum(stmt_shared->stats_reset);
 	SpinLockRelease(&stmt_shared->mutex);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
@@ -861,7 +890,7 @@ glibc_malloc_statements_reset(PG_FUNCTION_ARGS)
 	{
 		SpinLockAcquire(&stmt_shared->mutex);
 		stmt_shared->dealloc = 0;
-		stmt_shared->no_queryid = 0;
+		pg_atomic_write_u64(&stmt_shared->no_queryid, 0);
 		stmt_shared->stats_reset = now;
 		SpinLockRelease(&stmt_shared->mutex);
 	}

@@ -108,7 +108,9 @@ SKIP:
 # "out of memory" under max_backend_memory counts for the statement that
 # ran into it; calls only for the runs that completed.
 $node->safe_psql('postgres', 'SELECT glibc_malloc_statements_reset()');
-my ($ret, $out, $err) = $node->psql('postgres', "SET work_mem = '64MB'; SET glibc_malloc.max_backend_memory = '10MB'; $sort");
+# (the next statement of the same session stores the error)
+my ($ret, $out, $err) = $node->psql('postgres', "SET work_mem = '64MB'; SET glibc_malloc.max_backend_memory = '10MB'; $sort; SELECT 1",
+	on_error_stop => 0);
 like($err, qr/out of memory/, 'the seed sort under a 10 MB cap fails with "out of memory"');
 $node->safe_psql('postgres', "SET work_mem = '64MB'; $sort");
 $r = row_for('SELECT * FROM t ORDER BY a OFFSET $1');
@@ -154,19 +156,23 @@ cmp_ok($small->safe_psql('postgres', "SELECT count(*) FROM glibc_malloc_statemen
 	'>=', 1, 'and no other role\'s');
 $small->safe_psql('postgres', 'GRANT EXECUTE ON FUNCTION glibc_malloc_statements_reset(oid, oid, bigint) TO bob');
 $small->safe_psql('postgres', 'SELECT glibc_malloc_statements_reset()', extra_params => [ '-U', 'bob' ]);
-is($small->safe_psql('postgres', "SELECT count(*) FROM glibc_malloc_statements WHERE queryid <> (SELECT queryid FROM pg_stat_statements WHERE query LIKE 'SELECT count(*) FROM glibc_malloc_statements WHERE queryid%' LIMIT 1)"),
-	0, 'granted EXECUTE, bob resets everything');
+is($small->safe_psql('postgres', "SELECT count(*) FROM glibc_malloc_statements WHERE userid <> 'bob'::regrole"),
+	0, 'granted EXECUTE, bob resets everything: no other role\'s rows are left');
+is($small->safe_psql('postgres', "SELECT count(*) FROM glibc_malloc_statements WHERE userid = 'bob'::regrole"),
+	1, 'and of his, only the reset itself (stored when it ended)');
 is($small->safe_psql('postgres', 'SELECT dealloc FROM glibc_malloc_statements_info'), 0, 'and the counters of the info view');
 $small->stop;
 
 # compute_query_id = off (PostgreSQL 14+): nothing recorded, counted as such.
 SKIP:
 {
-	skip 'compute_query_id is PostgreSQL 14+', 2 if $pgver < 140000;
+	skip 'compute_query_id is PostgreSQL 14+', 3 if $pgver < 140000;
 	$node->safe_psql('postgres', 'SELECT glibc_malloc_statements_reset()');
-	$node->safe_psql('postgres', "SET compute_query_id = off; SELECT 'no id' AS marker; SELECT 'no id', 2");
-	is($node->safe_psql('postgres', "SELECT count(*) FROM glibc_malloc_statements s JOIN pg_stat_statements p USING (userid, dbid, queryid) WHERE p.query LIKE '%no id%'"),
-		0, 'compute_query_id = off: no rows');
+	$node->safe_psql('postgres', 'SELECT count(*) AS id_marker FROM pg_am');
+	my $before = row_for('SELECT count(*) AS id_marker FROM pg_am');
+	is($before && $before->{calls}, 1, 'with a queryid, a statement is counted');
+	$node->safe_psql('postgres', 'SET compute_query_id = off; SELECT count(*) AS id_marker FROM pg_am; SELECT count(*) AS id_marker FROM pg_am');
+	is(row_for('SELECT count(*) AS id_marker FROM pg_am')->{calls}, 1, 'compute_query_id = off: the same statement run twice more is not');
 	cmp_ok($node->safe_psql('postgres', 'SELECT no_queryid FROM glibc_malloc_statements_info'), '>=', 2,
 		'the statements are counted as without a queryid');
 }
@@ -175,19 +181,43 @@ SKIP:
 $node->safe_psql('postgres', q{CREATE FUNCTION inner_sort() RETURNS void LANGUAGE plpgsql AS
 	$$ BEGIN PERFORM * FROM t ORDER BY c2 OFFSET 100000; END $$});
 $node->safe_psql('postgres', 'SELECT glibc_malloc_statements_reset()');
-$node->safe_psql('postgres', "SET glibc_malloc.track_statements = none; SELECT 'untracked'");
-is($node->safe_psql('postgres', "SELECT count(*) FROM glibc_malloc_statements s JOIN pg_stat_statements p USING (userid, dbid, queryid) WHERE p.query LIKE '%untracked%'"),
-	0, 'track_statements = none records nothing');
+$node->safe_psql('postgres', 'SELECT count(*) AS track_marker FROM pg_namespace');
+$node->safe_psql('postgres', "SET glibc_malloc.track_statements = none; SELECT count(*) AS track_marker FROM pg_namespace; SELECT count(*) AS track_marker FROM pg_namespace");
+is(row_for('SELECT count(*) AS track_marker FROM pg_namespace')->{calls}, 1, 'track_statements = none: the statement run twice more is not counted');
 $node->safe_psql('postgres', "SET work_mem = '64MB'; SET glibc_malloc.track_statements = 'all'; SET pg_stat_statements.track = 'all'; SELECT inner_sort()");
 my $nested = $node->safe_psql('postgres', q{SELECT s.toplevel || '|' || s.max_exec_peak_bytes FROM glibc_malloc_statements s
 	JOIN pg_stat_statements p USING (userid, dbid, queryid) WHERE p.query LIKE 'SELECT * FROM t ORDER BY c2%' LIMIT 1});
 my ($toplevel, $nested_peak) = split /\|/, $nested;
 is($toplevel, 'false', 'track_statements = all: the function\'s statement has a row, not top-level');
 cmp_ok($nested_peak // 0, '>', 0.8 * $sort_kb * 1024, 'with its sort\'s memory');
+$node->safe_psql('postgres', 'SELECT glibc_malloc_statements_reset()');
 $node->safe_psql('postgres', "SET work_mem = '64MB'; SELECT inner_sort()");
 $r = row_for('SELECT inner_sort()', ' AND s.toplevel');
 cmp_ok($r->{max_exec}, '>', 0.8 * $sort_kb * 1024,
 	'with top: the calling statement\'s peak includes the nested sort');
+
+# Statements that failed inside a PL/pgSQL EXCEPTION block free their place:
+# with track_statements = all, 40 of them in one transaction (more than the
+# 16 statements that can run nested) leave the next nested statement recorded.
+$node->safe_psql('postgres', 'SELECT glibc_malloc_statements_reset()');
+$node->safe_psql('postgres', q{SET glibc_malloc.track_statements = 'all'; SET pg_stat_statements.track = 'all';
+	DO $$ BEGIN
+	  FOR i IN 1 .. 40 LOOP
+	    BEGIN PERFORM 1 / (i - i); EXCEPTION WHEN division_by_zero THEN NULL; END;
+	  END LOOP;
+	  PERFORM count(*) AS after_errors FROM pg_tablespace;
+	END $$});
+is($node->safe_psql('postgres', q{SELECT sum(s.calls) FROM glibc_malloc_statements s JOIN pg_stat_statements p USING (userid, dbid, queryid)
+	WHERE p.query LIKE 'SELECT count(*) AS after_errors FROM pg_tablespace%'}),
+	1, 'after 40 caught errors in one transaction, the next nested statement is still recorded');
+
+# EXPLAIN without ANALYZE runs nothing: no executor peak for it.
+SKIP:
+{
+	skip 'utility statements have no queryid before PostgreSQL 14', 1 if $pgver < 140000;
+	$node->safe_psql('postgres', "SET work_mem = '64MB'; EXPLAIN SELECT * FROM t ORDER BY c3");
+	is(row_for('EXPLAIN SELECT * FROM t ORDER BY c3')->{exec_measured}, 0, 'EXPLAIN without ANALYZE has no executor peak');
+}
 
 # The doctor names the queryid behind a greedy backend's free heap.
 my $g = $node->background_psql('postgres');
@@ -217,8 +247,18 @@ SKIP:
 	is($late->safe_psql('postgres', q{SELECT count(*) FROM glibc_malloc_statements s JOIN pg_stat_statements p USING (userid, dbid, queryid) WHERE p.query = 'CREATE INDEX u_a ON u (a)'}),
 		0, 'listed after glibc_malloc, pg_stat_statements hides CREATE INDEX from it');
 }
-like($late->safe_psql('postgres', "SELECT action FROM glibc_malloc_doctor() WHERE kind = 'preload_order'"),
-	qr/shared_preload_libraries = 'pg_stat_statements,glibc_malloc'/, 'the doctor advises listing pg_stat_statements first');
+if ($pgver >= 140000)
+{
+	like($late->safe_psql('postgres', "SELECT action FROM glibc_malloc_doctor() WHERE kind = 'preload_order'"),
+		qr/shared_preload_libraries = 'pg_stat_statements,glibc_malloc'/, 'the doctor advises listing pg_stat_statements first');
+	is($late->safe_psql('postgres', "SET pg_stat_statements.track_utility = off; SELECT count(*) FROM glibc_malloc_doctor() WHERE kind = 'preload_order'"),
+		0, 'not when pg_stat_statements does not track utility statements');
+}
+else
+{
+	is($late->safe_psql('postgres', "SELECT count(*) FROM glibc_malloc_doctor() WHERE kind = 'preload_order'"),
+		0, 'PostgreSQL 13: utility statements have no queryid either way, no advice');
+}
 $late->stop;
 
 # Without pg_stat_statements: queryids from the core (14+) through
@@ -238,7 +278,10 @@ else
 }
 $bare->stop;
 
-# Nothing went wrong in the server.
-unlike(slurp_file($node->logfile), qr/TRAP|PANIC|server process .* was terminated/, 'no crash, no assertion failure');
+# Nothing went wrong in any of the servers.
+for my $n ($node, $small, $late, $bare)
+{
+	unlike(slurp_file($n->logfile), qr/TRAP|PANIC|server process .* was terminated/, $n->name . ': no crash, no assertion failure');
+}
 $node->stop;
 done_testing();
