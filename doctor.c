@@ -430,10 +430,11 @@ gm_doctor_transaction_end(void)
  * ExecutorEnd, before the nodes are shut down: the statement's executor
  * memory, for the view's peak and, when it reached the threshold, the log.
  * Measured also when the caller asks (want); returns the bytes, or -1 when
- * not measured.
+ * not measured.  top_queryid is the running top-level statement's (0:
+ * unknown), which the doctor names for the backend's largest statement.
  */
 int64
-gm_doctor_statement_end(QueryDesc *queryDesc, bool want)
+gm_doctor_statement_end(QueryDesc *queryDesc, bool want, int64 top_queryid)
 {
 	int64		bytes;
 	bool		started = false;
@@ -462,7 +463,7 @@ gm_doctor_statement_end(QueryDesc *queryDesc, bool want)
 		(log_min_executor_memory < 0 && !gm_shmem_publishing() && !want))
 		return -1;
 	bytes = (int64) MemoryContextMemAllocated(queryDesc->estate->es_query_cxt, true);
-	gm_shmem_note_executor(bytes, (int64) queryDesc->plannedstmt->queryId);
+	gm_shmem_note_executor(bytes, top_queryid);
 	if (log_min_executor_memory < 0 || bytes < (int64) log_min_executor_memory * 1024)
 		return bytes;
 

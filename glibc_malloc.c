@@ -348,7 +348,7 @@ static void
 gm_ExecutorEnd(QueryDesc *queryDesc)
 {
 	int64		reuse = gm_reuse_bytes();
-	int64		bytes = gm_doctor_statement_end(queryDesc, reuse > 0);
+	int64		bytes = gm_doctor_statement_end(queryDesc, reuse > 0, gm_statements_top_queryid());
 
 	gm_statements_executor_end(queryDesc);
 

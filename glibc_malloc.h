@@ -364,6 +364,7 @@ typedef struct GmUtilityMark
 extern void gm_statements_define_gucs(void);
 extern void gm_statements_init(void);
 extern bool gm_statements_tracking(void);
+extern int64 gm_statements_top_queryid(void);
 extern MemoryContext gm_statements_plan_start(Query *parse, int nesting, MemoryContext *planner_cxt);
 extern void gm_statements_plan_end(MemoryContext planner_cxt, Query *parse, int nesting);
 extern void gm_statements_executor_start(QueryDesc *queryDesc, int eflags, int nesting);
@@ -377,7 +378,7 @@ extern void gm_statements_transaction_end(void);
 /* 5. doctor.c (stats.c has no entry points of its own but SQL functions) */
 extern void gm_doctor_define_gucs(void);
 extern void gm_doctor_statement_start(QueryDesc *queryDesc);
-extern int64 gm_doctor_statement_end(QueryDesc *queryDesc, bool want);
+extern int64 gm_doctor_statement_end(QueryDesc *queryDesc, bool want, int64 top_queryid);
 extern void gm_doctor_transaction_end(void);
 
 #endif							/* GLIBC_MALLOC_H */

@@ -309,6 +309,16 @@ gm_statements_tracking(void)
 	return stmt_hash != NULL && track != GM_TRACK_NONE && !IsParallelWorker();
 }
 
+/*
+ * The queryid of the top-level statement running now, as
+ * glibc_malloc_statements keys it; 0 if none is recorded.
+ */
+int64
+gm_statements_top_queryid(void)
+{
+	return cur_key_valid ? (int64) cur_key.queryid : 0;
+}
+
 /* The key of a statement of this queryid run now. */
 static void
 make_key(GmStmtKey *key, uint64 queryid, int nesting)
