@@ -73,7 +73,7 @@ static const struct config_enum_entry track_options[] = {
 	{NULL, 0, false}
 };
 
-static int	track = GM_TRACK_TOP;
+static int	track = GM_TRACK_NONE;
 static int	statements_max = 5000;
 
 /* Eviction, as pg_stat_statements does it. */
@@ -252,12 +252,17 @@ check_statements_max(int *newval, void **extra, GucSource source)
 void
 gm_statements_define_gucs(void)
 {
-	/* SUSET, as pg_stat_statements.track: what is recorded for everybody. */
+	/*
+	 * SUSET, as pg_stat_statements.track: what is recorded for everybody.
+	 * Off by default: the shared hash's update per statement costs 5 to 9 %
+	 * of pgbench -S throughput with 4 clients on 2 cores (docs/statements.md),
+	 * and a module loaded for its presets should cost nothing more.
+	 */
 	DefineCustomEnumVariable("glibc_malloc.track_statements",
 							 "Records each statement's memory in glibc_malloc_statements: top-level statements (top), nested ones too (all), or none.",
 							 "Needs shared_preload_libraries and queryids (compute_query_id; on PostgreSQL 13, pg_stat_statements).",
 							 &track,
-							 GM_TRACK_TOP,
+							 GM_TRACK_NONE,
 							 track_options,
 							 PGC_SUSET,
 							 0,

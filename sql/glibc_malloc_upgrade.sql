@@ -81,6 +81,7 @@ SELECT backend_type, vmdata_bytes > 0 AS vmdata FROM glibc_malloc_processes WHER
 DROP EXTENSION glibc_malloc;
 CREATE EXTENSION glibc_malloc VERSION '1.5';
 SELECT count(*) FROM pg_class WHERE relname LIKE 'glibc_malloc_statements%';
+SET glibc_malloc.track_statements = top;
 SELECT 'before the update' AS marker;
 ALTER EXTENSION glibc_malloc UPDATE TO '1.6';
 -- (PostgreSQL 13 without pg_stat_statements: counted as without a queryid)

@@ -11,7 +11,7 @@ use IPC::Run;
 use Test::More;
 
 my $root = "$FindBin::RealBin/..";
-my $node = new_node('docs', "shared_preload_libraries = 'pg_stat_statements,glibc_malloc'\n");
+my $node = new_node('docs', "shared_preload_libraries = 'pg_stat_statements,glibc_malloc'\nglibc_malloc.track_statements = top\n");
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_stat_statements');
 my $pgver = $node->safe_psql('postgres', 'SHOW server_version_num');
 my @gucs = split /\n/, $node->safe_psql('postgres',

@@ -15,7 +15,7 @@ my $exporter = '/usr/bin/prometheus-postgres-exporter';
 plan skip_all => 'prometheus-postgres-exporter is not installed (scripts/deps installs it)' unless -x $exporter;
 
 my $node = new_node('exporter', "glibc_malloc.stats_interval = 0\nwork_mem = 32MB\n"
-	  . "shared_preload_libraries = 'pg_stat_statements,glibc_malloc'\n");
+	  . "shared_preload_libraries = 'pg_stat_statements,glibc_malloc'\nglibc_malloc.track_statements = top\n");
 $node->safe_psql('postgres', q{
 	CREATE ROLE alice LOGIN;
 	CREATE ROLE exporter LOGIN IN ROLE pg_monitor;

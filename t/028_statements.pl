@@ -14,7 +14,7 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 
 my $node = new_node('statements',
-	"shared_preload_libraries = 'pg_stat_statements,glibc_malloc'\n");
+	"shared_preload_libraries = 'pg_stat_statements,glibc_malloc'\nglibc_malloc.track_statements = top\n");
 $node->safe_psql('postgres', 'CREATE EXTENSION pg_stat_statements');
 my $pgver = $node->safe_psql('postgres', 'SHOW server_version_num');
 seed_sort_table($node);
@@ -120,7 +120,7 @@ is($r->{calls}, 1, 'and one completed call');
 
 # Eviction, visibility and reset on a small hash.
 my $small = new_node('statements_small',
-	"shared_preload_libraries = 'pg_stat_statements,glibc_malloc'\nglibc_malloc.statements_max = 100\n");
+	"shared_preload_libraries = 'pg_stat_statements,glibc_malloc'\nglibc_malloc.statements_max = 100\nglibc_malloc.track_statements = top\n");
 $small->safe_psql('postgres', 'CREATE EXTENSION pg_stat_statements');
 $small->safe_psql('postgres', join '', map { "SELECT 'hot', $_;\n" } 1 .. 50);
 my $many = join '', map { 'SELECT 1' . ('+1' x $_) . ";\n" } 1 .. 300;
@@ -238,7 +238,7 @@ is($node->safe_psql('postgres', "SELECT count(*) FROM glibc_malloc_doctor() WHER
 
 # pg_stat_statements listed after glibc_malloc hides utility statements'
 # queryids: they are not recorded, and the doctor says why.
-my $late = new_node('statements_late', "shared_preload_libraries = 'glibc_malloc,pg_stat_statements'\n");
+my $late = new_node('statements_late', "shared_preload_libraries = 'glibc_malloc,pg_stat_statements'\nglibc_malloc.track_statements = top\n");
 $late->safe_psql('postgres', 'CREATE EXTENSION pg_stat_statements; CREATE TABLE u (a int)');
 $late->safe_psql('postgres', 'CREATE INDEX u_a ON u (a)');
 SKIP:
@@ -261,9 +261,22 @@ else
 }
 $late->stop;
 
+# At the module's defaults (track_statements = none) nothing is recorded,
+# nothing counted, and no queryid is asked for.
+my $default = new_node('statements_default');
+$default->safe_psql('postgres', "SET work_mem = '64MB'; SELECT count(*) FROM generate_series(1, 1000) g");
+is($default->safe_psql('postgres', 'SELECT entries || \'|\' || no_queryid FROM glibc_malloc_statements_info'), '0|0',
+	'defaults: no statement recorded or counted');
+if ($pgver >= 140000)
+{
+	is($default->safe_psql('postgres', 'SELECT query_id IS NULL FROM pg_stat_activity WHERE pid = pg_backend_pid()'), 't',
+		'defaults: no queryid computed (compute_query_id = auto stays off)');
+}
+$default->stop;
+
 # Without pg_stat_statements: queryids from the core (14+) through
 # compute_query_id = auto; on 13 none, counted as such.
-my $bare = new_node('statements_bare');
+my $bare = new_node('statements_bare', "glibc_malloc.track_statements = top\n");
 $bare->safe_psql('postgres', 'SELECT glibc_malloc_statements_reset()');
 $bare->safe_psql('postgres', "SET work_mem = '64MB'; SELECT count(*) FROM generate_series(1, 1000) g");
 my ($rows, $noid) = split /\|/, $bare->safe_psql('postgres', 'SELECT (SELECT count(*) FROM glibc_malloc_statements), no_queryid FROM glibc_malloc_statements_info');
