@@ -254,9 +254,9 @@ gm_statements_define_gucs(void)
 {
 	/*
 	 * SUSET, as pg_stat_statements.track: what is recorded for everybody.
-	 * Off by default: the shared hash's update per statement costs 5 to 9 %
-	 * of pgbench -S throughput with 4 clients on 2 cores (docs/statements.md),
-	 * and a module loaded for its presets should cost nothing more.
+	 * Off by default: recording costs up to 5 % of throughput when distinct
+	 * statements churn through the hash (docs/statements.md), and a module
+	 * loaded for its presets should cost nothing more.
 	 */
 	DefineCustomEnumVariable("glibc_malloc.track_statements",
 							 "Records each statement's memory in glibc_malloc_statements: top-level statements (top), nested ones too (all), or none.",
