@@ -25,6 +25,11 @@ PG_CONFIG ?= pg_config
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
+# Every object includes the two headers (PGXS tracks no dependencies
+# unless the server was configured with --enable-depend): a changed struct
+# must rebuild them all, or the objects disagree on its layout.
+$(OBJS): glibc_malloc.h glibc_malloc_compat.h
+
 # timer_create lives in librt before glibc 2.34 (a stub library after).
 ifeq ($(PORTNAME),linux)
 SHLIB_LINK += -lrt

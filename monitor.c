@@ -837,6 +837,15 @@ guard_engage(int64 limit)
 	return guard_target(limit) - (int64) (GM_GUARD_ENGAGE * limit);
 }
 
+/* Whether the guard can act on these limits (a cgroup's, read). */
+static bool
+guard_active(const GmLimits *l)
+{
+	return memory_guard && monitor_enabled &&
+		(l->source == GM_LIMIT_CGROUP_V1 || l->source == GM_LIMIT_CGROUP_V2) &&
+		l->limit > 0 && l->usage >= 0;
+}
+
 /* The free heap asked for and not returned yet, within the grace period. */
 static int64
 asked_pending(void)
@@ -891,9 +900,7 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 {
 	GmMonitorState *st = gm_shmem_monitor();
 	int64		mono = gm_monotonic_usec();
-	bool		active = memory_guard && monitor_enabled &&
-		(l->source == GM_LIMIT_CGROUP_V1 || l->source == GM_LIMIT_CGROUP_V2) &&
-		l->limit > 0 && l->usage >= 0;
+	bool		active = guard_active(l);
 	double		frac = active ? (double) l->usage / l->limit : 0;
 	int64		engage = active ? guard_engage(l->limit) : 0;
 	int64		release = engage - (int64) (GM_GUARD_RELEASE * l->limit);
@@ -1175,8 +1182,12 @@ monitor_tick(void)
 	/*
 	 * While the guard limits backends, their free heap is asked for too:
 	 * the guard counts on it (guard_tick), and returning it lifts limits.
+	 * Also in the tick that engages it (guard_tick runs below): else its
+	 * first limits count on none, and a query that the free heap of idle
+	 * backends had room for gets "out of memory" (seen in t/021).
 	 */
-	if (monitor_enabled && guard_engaged && need <= 0 && l.limit > 0 && l.usage >= 0)
+	if (monitor_enabled && need <= 0 && l.limit > 0 && l.usage >= 0 &&
+		(guard_engaged || (guard_active(&l) && l.usage >= guard_engage(l.limit))))
 	{
 		int64		release = guard_engage(l.limit) - (int64) (GM_GUARD_RELEASE * l.limit);
 

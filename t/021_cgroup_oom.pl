@@ -21,7 +21,7 @@ my $MB = 2**20;
 my $limit = ($ENV{GM_TEST_OOM_LIMIT_MB} // 400) * $MB;
 # The module's defaults (monitor_fraction 0.9, memory_guard on): before
 # the guard the OOM killer struck in 2 of 7 runs of this burst at 0.9;
-# with it, 10 of 10 ran clean (docs/guard.md).  GM_TEST_OOM_FRACTION
+# with it, 8 of 8 ran clean (docs/guard.md).  GM_TEST_OOM_FRACTION
 # measures other fractions.
 my $fraction = $ENV{GM_TEST_OOM_FRACTION};
 my $connections = 60;
@@ -102,10 +102,13 @@ my (undef, $m) = $node->psql('postgres', "SELECT source || ' ' || limit_bytes ||
 $m //= '';
 note sprintf('with the monitor: %d of %d connections; peak usage %.0f MB of %.0f MB; monitor: %s',
 	$done, $connections, read_file("$cg/memory.max_usage_in_bytes") / $MB, $limit / $MB, $m);
-is($done, $connections, 'with the monitor the fleet completes') or diag $error;
+# What stopped a connection, if one stopped: its ERROR or a crash.
+my $why = join "\n", grep { /\b(ERROR|FATAL|PANIC):|terminated by signal/ } split /\n/, $log;
+is($done, $connections, 'with the monitor the fleet completes') or diag "$error\n$why";
 is($error, '', 'no connection failed');
-unlike($log, qr/terminated by signal 9/, 'no backend was killed');
-unlike($log, qr/all server processes terminated; reinitializing|database system was interrupted/, 'no restart');
+# Any process (the monitor itself too), by any signal.
+unlike($log, qr/terminated by signal/, 'no process was killed or crashed');
+unlike($log, qr/all server processes terminated; reinitializing|database system was interrupted|terminating any other active server processes/, 'no restart');
 is((read_file("$cg/memory.oom_control") =~ /oom_kill (\d+)/)[0] // 0, $kills, 'the kernel counted no new OOM kill');
 like($m, qr/^cgroup v1 $limit [1-9]\d* [1-9]\d* [1-9]\d*$/, 'the monitor read the cgroup v1 limit and asked backends, which returned memory');
 like($log, qr/LOG:  glibc_malloc memory monitor: asked \d+ backends? to return \d+ [kM]B of free heap\n.*DETAIL:  cgroup v1 memory usage \d+ MB is \d+% of its \d+ MB limit/,
