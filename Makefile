@@ -27,8 +27,9 @@ include $(PGXS)
 
 # Every object includes the two headers (PGXS tracks no dependencies
 # unless the server was configured with --enable-depend): a changed struct
-# must rebuild them all, or the objects disagree on its layout.
-$(OBJS): glibc_malloc.h glibc_malloc_compat.h
+# must rebuild them all (and the JIT's bitcode), or they disagree on its
+# layout.
+$(OBJS) $(OBJS:.o=.bc): glibc_malloc.h glibc_malloc_compat.h
 
 # timer_create lives in librt before glibc 2.34 (a stub library after).
 ifeq ($(PORTNAME),linux)

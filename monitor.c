@@ -837,6 +837,13 @@ guard_engage(int64 limit)
 	return guard_target(limit) - (int64) (GM_GUARD_ENGAGE * limit);
 }
 
+/* The usage below which the engaged guard lifts its limits. */
+static int64
+guard_release(int64 limit)
+{
+	return guard_engage(limit) - (int64) (GM_GUARD_RELEASE * limit);
+}
+
 /* Whether the guard can act on these limits (a cgroup's, read). */
 static bool
 guard_active(const GmLimits *l)
@@ -844,6 +851,17 @@ guard_active(const GmLimits *l)
 	return memory_guard && monitor_enabled &&
 		(l->source == GM_LIMIT_CGROUP_V1 || l->source == GM_LIMIT_CGROUP_V2) &&
 		l->limit > 0 && l->usage >= 0;
+}
+
+/*
+ * Whether the guard is engaged after this tick's look at l: what
+ * guard_tick decides, for the monitor's asks that come before it.
+ */
+static bool
+guard_engaged_after(const GmLimits *l)
+{
+	return guard_active(l) &&
+		l->usage >= (guard_engaged ? guard_release(l->limit) : guard_engage(l->limit));
 }
 
 /* The free heap asked for and not returned yet, within the grace period. */
@@ -879,7 +897,8 @@ cmp_vmdata_asc(const void *a, const void *b)
  * heap a trim returned, chunks not touched yet) can become resident
  * without a new mapping, which no limit stops: it comes off the headroom
  * first; the free heap the monitor asked for (it asks while the guard is
- * engaged) and was not returned yet counts as headroom; the rest is the
+ * engaged, from the look that engages it) and was not returned yet counts
+ * as headroom; the rest is the
  * budget for new mappings until the next look.
  * Processes that did not grow over the last window (not working) may map
  * GM_GUARD_FLOOR more each, from at most half of the budget.  Working
@@ -902,8 +921,7 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 	int64		mono = gm_monotonic_usec();
 	bool		active = guard_active(l);
 	double		frac = active ? (double) l->usage / l->limit : 0;
-	int64		engage = active ? guard_engage(l->limit) : 0;
-	int64		release = engage - (int64) (GM_GUARD_RELEASE * l->limit);
+	int64		release = active ? guard_release(l->limit) : 0;
 	int64		headroom = -1;
 	int			ncand = 0;
 	int			ngrowing = 0;
@@ -913,7 +931,7 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 				b2[32],
 				b3[32];
 
-	if (active && !guard_engaged && l->usage >= engage)
+	if (!guard_engaged && guard_engaged_after(l))
 	{
 		guard_engaged = true;
 		ereport(LOG,
@@ -924,7 +942,7 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 									fmt_bytes(b3, sizeof(b3), guard_target(l->limit)),
 									fmt_bytes(b1, sizeof(b1), release))));
 	}
-	else if (guard_engaged && (!active || l->usage < release))
+	else if (guard_engaged && !guard_engaged_after(l))
 	{
 		guard_engaged = false;
 		guard_lift_all();
@@ -1009,8 +1027,8 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 			 * resident first.  Those not working hold it too (heap a trim
 			 * gave back), but would only reuse it when they run a query:
 			 * not reserved.  The free heap the monitor asked for and was
-			 * not returned yet (it asks while the guard is engaged) comes
-			 * back: it counts as headroom.
+			 * not returned yet (it asks while the guard is engaged, from
+			 * the look that engages it) comes back: it counts as headroom.
 			 */
 			if (cands[i].growing)
 				budget -= Max(cands[i].vmdata - cands[i].rss, 0);
@@ -1182,20 +1200,20 @@ monitor_tick(void)
 	/*
 	 * While the guard limits backends, their free heap is asked for too:
 	 * the guard counts on it (guard_tick), and returning it lifts limits.
-	 * Also in the tick that engages it (guard_tick runs below): else its
-	 * first limits count on none, and a query that the free heap of idle
-	 * backends had room for gets "out of memory" (seen in t/021).
+	 * From the look that engages it (guard_tick runs below): else its
+	 * first limits count on none of it, and a query that the free heap of
+	 * idle backends had room for gets "out of memory" (seen in t/021).
+	 * That look's round is an episode's first, logged at once.
 	 */
-	if (monitor_enabled && need <= 0 && l.limit > 0 && l.usage >= 0 &&
-		(guard_engaged || (guard_active(&l) && l.usage >= guard_engage(l.limit))))
+	if (monitor_enabled && need <= 0 && guard_engaged_after(&l))
 	{
-		int64		release = guard_engage(l.limit) - (int64) (GM_GUARD_RELEASE * l.limit);
+		int64		release = guard_release(l.limit);
 
 		if (l.usage > release)
 		{
 			need = l.usage - release;
-			first = pressure_rounds == 0 && !pressure;
-			snprintf(why, sizeof(why), "%s memory usage %s is %.0f%% of its %s limit (the memory guard limits backends from %.0f%%)",
+			first = !guard_engaged && !pressure;
+			snprintf(why, sizeof(why), "%s memory usage %s is %.0f%% of its %s limit (the memory guard acts from %.0f%%)",
 					 limit_source_names[l.source], fmt_bytes(b1, sizeof(b1), l.usage),
 					 100.0 * l.usage / l.limit, fmt_bytes(b2, sizeof(b2), l.limit),
 					 100.0 * guard_engage(l.limit) / l.limit);

@@ -14,6 +14,7 @@ use GlibcMallocTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(time usleep);
+use List::Util qw(min);
 
 my $cg = test_cgroup_v1();
 
@@ -105,11 +106,21 @@ note sprintf('with the monitor: %d of %d connections; peak usage %.0f MB of %.0f
 # What stopped a connection, if one stopped: its ERROR or a crash.
 my $why = join "\n", grep { /\b(ERROR|FATAL|PANIC):|terminated by signal/ } split /\n/, $log;
 is($done, $connections, 'with the monitor the fleet completes') or diag "$error\n$why";
-is($error, '', 'no connection failed');
+is($error, '', 'no connection failed') or diag $why;
 # Any process (the monitor itself too), by any signal.
-unlike($log, qr/terminated by signal/, 'no process was killed or crashed');
+unlike($log, qr/terminated by signal|"glibc_malloc memory monitor" \(PID \d+\) exited with exit code/,
+	'no process was killed or crashed, and the monitor did not exit');
 unlike($log, qr/all server processes terminated; reinitializing|database system was interrupted|terminating any other active server processes/, 'no restart');
 is((read_file("$cg/memory.oom_control") =~ /oom_kill (\d+)/)[0] // 0, $kills, 'the kernel counted no new OOM kill');
+# The look that engages the guard asks for free heap first: its limits
+# count on it.  The monitor's own lines, in order: the first "limiting"
+# comes right after an "asked" (before the fix the guard's first limits
+# came a look before any ask, and a sort could get "out of memory").
+my @mon = grep { /glibc_malloc memory (monitor: asked|guard: limiting)/ } split /\n/, $log;
+my ($first_limit) = grep { $mon[$_] =~ /guard: limiting/ } 0 .. $#mon;
+ok(defined $first_limit && $first_limit > 0 && $mon[ $first_limit - 1 ] =~ /monitor: asked/,
+	'the guard engaged, and the monitor asked for free heap in the look that engaged it')
+  or diag join "\n", @mon[ 0 .. min($#mon, 3) ];
 like($m, qr/^cgroup v1 $limit [1-9]\d* [1-9]\d* [1-9]\d*$/, 'the monitor read the cgroup v1 limit and asked backends, which returned memory');
 like($log, qr/LOG:  glibc_malloc memory monitor: asked \d+ backends? to return \d+ [kM]B of free heap\n.*DETAIL:  cgroup v1 memory usage \d+ MB is \d+% of its \d+ MB limit/,
 	"the monitor's log lines show what it asked for and why");
