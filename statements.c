@@ -40,11 +40,13 @@
 #include "access/parallel.h"
 #include "access/xact.h"
 #include "catalog/pg_authid.h"
+#include "common/hashfn.h"
 #include "executor/executor.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
+#include "port/pg_bitutils.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
@@ -52,7 +54,6 @@
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
-#include "utils/hsearch.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
 
@@ -108,14 +109,26 @@ typedef struct GmStmtCounters
 
 typedef struct GmStmtEntry
 {
-	GmStmtKey	key;			/* first: the hash key */
+	GmStmtKey	key;
+	uint32		hash;			/* of key */
+	bool		dead;			/* being removed (under the exclusive lock) */
 	GmStmtCounters c;
 	slock_t		mutex;			/* protects c */
 } GmStmtEntry;
 
+/*
+ * The table: statements_max entries in one array, the first nentries in
+ * use, and an open-addressing index (linear probing) of at least twice as
+ * many slots, each 0 (empty) or an entry's position + 1.  Eviction scans
+ * the array in order, and a lookup reads one index slot or a few and one
+ * entry: under churn both run for most statements, and dynahash's chains
+ * cost a cache miss at each step.  Removing entries compacts the array and
+ * rebuilds the index from the stored hashes.
+ */
 typedef struct GmStmtShared
 {
 	LWLock	   *lock;			/* exclusive to add or remove entries */
+	int			nentries;		/* under lock */
 	slock_t		mutex;			/* protects the fields below */
 	double		median_usage;
 	int64		dealloc;
@@ -124,7 +137,9 @@ typedef struct GmStmtShared
 } GmStmtShared;
 
 static GmStmtShared *stmt_shared = NULL;
-static HTAB *stmt_hash = NULL;
+static GmStmtEntry *stmt_entries = NULL;	/* NULL: no table here */
+static int32 *stmt_index = NULL;
+static uint64 stmt_index_mask = 0;
 
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 #if PG_VERSION_NUM >= 150000
@@ -183,11 +198,19 @@ static GmPendingOom pending_oom[GM_PENDING_OOM];
 static int	npending_oom = 0;
 
 /* Size of the shared state. */
+/* The index's slots: a power of 2, at least twice statements_max. */
+static Size
+index_slots(void)
+{
+	return (Size) pg_nextpower2_64((uint64) statements_max * 2);
+}
+
 static Size
 stmt_shared_size(void)
 {
-	return add_size(MAXALIGN(sizeof(GmStmtShared)),
-					hash_estimate_size(statements_max, sizeof(GmStmtEntry)));
+	return add_size(add_size(MAXALIGN(sizeof(GmStmtShared)),
+							 MAXALIGN(mul_size(index_slots(), sizeof(int32)))),
+					mul_size(statements_max, sizeof(GmStmtEntry)));
 }
 
 /* shmem_request_hook: the hash and its lock. */
@@ -202,20 +225,26 @@ gm_statements_request(void)
 	RequestNamedLWLockTranche("glibc_malloc_statements", 1);
 }
 
-/* shmem_startup_hook: create or attach the hash. */
+/* shmem_startup_hook: create or attach the table. */
 static void
 gm_statements_startup(void)
 {
 	bool		found;
-	HASHCTL		info;
+	char	   *p;
 
 	if (prev_shmem_startup_hook)
 		prev_shmem_startup_hook();
 
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	stmt_shared = ShmemInitStruct("glibc_malloc_statements", sizeof(GmStmtShared), &found);
+	stmt_shared = ShmemInitStruct("glibc_malloc_statements", stmt_shared_size(), &found);
+	p = (char *) stmt_shared + MAXALIGN(sizeof(GmStmtShared));
+	stmt_index = (int32 *) p;
+	stmt_entries = (GmStmtEntry *) (p + MAXALIGN(index_slots() * sizeof(int32)));
+	stmt_index_mask = index_slots() - 1;
 	if (!found)
 	{
+		stmt_shared->nentries = 0;
+		memset(stmt_index, 0, index_slots() * sizeof(int32));
 		stmt_shared->lock = &(GetNamedLWLockTranche("glibc_malloc_statements"))->lock;
 		SpinLockInit(&stmt_shared->mutex);
 		stmt_shared->median_usage = USAGE_MEDIAN_INIT;
@@ -223,11 +252,6 @@ gm_statements_startup(void)
 		pg_atomic_init_u64(&stmt_shared->no_queryid, 0);
 		stmt_shared->stats_reset = GetCurrentTimestamp();
 	}
-	memset(&info, 0, sizeof(info));
-	info.keysize = sizeof(GmStmtKey);
-	info.entrysize = sizeof(GmStmtEntry);
-	stmt_hash = ShmemInitHash("glibc_malloc_statements hash", statements_max, statements_max,
-							  &info, HASH_ELEM | HASH_BLOBS);
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -239,7 +263,7 @@ gm_statements_startup(void)
 static bool
 check_statements_max(int *newval, void **extra, GucSource source)
 {
-	if (!process_shared_preload_libraries_in_progress && stmt_hash == NULL &&
+	if (!process_shared_preload_libraries_in_progress && stmt_entries == NULL &&
 		*newval != statements_max)
 	{
 		GUC_check_errdetail("glibc_malloc.statements_max takes effect only when glibc_malloc is loaded through shared_preload_libraries.");
@@ -254,9 +278,9 @@ gm_statements_define_gucs(void)
 {
 	/*
 	 * SUSET, as pg_stat_statements.track: what is recorded for everybody.
-	 * Off by default: recording costs up to 5 % of throughput when distinct
-	 * statements churn through the hash (docs/statements.md), and a module
-	 * loaded for its presets should cost nothing more.
+	 * Off by default: recording costs up to about 3 % of throughput when
+	 * distinct statements churn through the table (docs/statements.md),
+	 * and a module loaded for its presets should cost nothing more.
 	 */
 	DefineCustomEnumVariable("glibc_malloc.track_statements",
 							 "Records each statement's memory in glibc_malloc_statements: top-level statements (top), nested ones too (all), or none.",
@@ -303,7 +327,7 @@ gm_statements_init(void)
 static bool
 tracked(int nesting)
 {
-	return stmt_hash != NULL && !IsParallelWorker() &&
+	return stmt_entries != NULL && !IsParallelWorker() &&
 		(track == GM_TRACK_ALL || (track == GM_TRACK_TOP && nesting == 0));
 }
 
@@ -311,7 +335,7 @@ tracked(int nesting)
 bool
 gm_statements_tracking(void)
 {
-	return stmt_hash != NULL && track != GM_TRACK_NONE && !IsParallelWorker();
+	return stmt_entries != NULL && track != GM_TRACK_NONE && !IsParallelWorker();
 }
 
 /*
@@ -340,6 +364,64 @@ static void
 count_no_queryid(void)
 {
 	pg_atomic_fetch_add_u64(&stmt_shared->no_queryid, 1);
+}
+
+/* The hash of a key (its padding is zeroed by make_key). */
+static uint32
+key_hash(const GmStmtKey *key)
+{
+	return hash_bytes((const unsigned char *) key, sizeof(GmStmtKey));
+}
+
+/* The entry of key (of hash h), or NULL.  Under the lock. */
+static GmStmtEntry *
+entry_find(const GmStmtKey *key, uint32 h)
+{
+	/* The index always has an empty slot: it ends. */
+	for (uint64 i = h & stmt_index_mask;; i = (i + 1) & stmt_index_mask)
+	{
+		GmStmtEntry *e;
+
+		if (stmt_index[i] == 0)
+			return NULL;
+		e = &stmt_entries[stmt_index[i] - 1];
+		if (e->hash == h && memcmp(&e->key, key, sizeof(GmStmtKey)) == 0)
+			return e;
+	}
+}
+
+/* Index the entry at position pos.  Under the exclusive lock. */
+static void
+index_add(int pos)
+{
+	uint64		i = stmt_entries[pos].hash & stmt_index_mask;
+
+	while (stmt_index[i] != 0)
+		i = (i + 1) & stmt_index_mask;
+	stmt_index[i] = pos + 1;
+}
+
+/*
+ * Remove the entries marked dead: compact the array, rebuild the index.
+ * Under the exclusive lock (nobody holds an entry's mutex then).
+ */
+static void
+entries_compact(void)
+{
+	int			n = 0;
+
+	for (int i = 0; i < stmt_shared->nentries; i++)
+	{
+		if (stmt_entries[i].dead)
+			continue;
+		if (n != i)
+			memcpy(&stmt_entries[n], &stmt_entries[i], sizeof(GmStmtEntry));
+		n++;
+	}
+	stmt_shared->nentries = n;
+	memset(stmt_index, 0, (stmt_index_mask + 1) * sizeof(int32));
+	for (int i = 0; i < n; i++)
+		index_add(i);
 }
 
 /*
@@ -388,21 +470,18 @@ select_least_used(GmStmtEntry **entries, int lo, int hi, int k)
 static bool
 entry_dealloc(void)
 {
-	HASH_SEQ_STATUS seq;
 	GmStmtEntry **entries;
-	GmStmtEntry *entry;
-	int			n = 0;
+	int			n = stmt_shared->nentries;
 	int			drop;
 
-	entries = palloc_extended(Max(hash_get_num_entries(stmt_hash), 1) * sizeof(GmStmtEntry *),
+	entries = palloc_extended(Max(n, 1) * sizeof(GmStmtEntry *),
 							  MCXT_ALLOC_NO_OOM | MCXT_ALLOC_HUGE);
 	if (entries == NULL)
 		return false;
-	hash_seq_init(&seq, stmt_hash);
-	while ((entry = hash_seq_search(&seq)) != NULL)
+	for (int i = 0; i < n; i++)
 	{
-		entries[n++] = entry;
-		entry->c.usage *= USAGE_DECREASE;
+		entries[i] = &stmt_entries[i];
+		entries[i]->c.usage *= USAGE_DECREASE;
 	}
 	drop = Min(Max(10, n * USAGE_DEALLOC_PCT / 100), n);
 	if (drop > 0 && drop < n)
@@ -416,8 +495,9 @@ entry_dealloc(void)
 	stmt_shared->dealloc++;
 	SpinLockRelease(&stmt_shared->mutex);
 	for (int i = 0; i < drop; i++)
-		hash_search(stmt_hash, &entries[i]->key, HASH_REMOVE, NULL);
+		entries[i]->dead = true;
 	pfree(entries);
+	entries_compact();
 	return drop > 0;
 }
 
@@ -426,23 +506,22 @@ entry_dealloc(void)
  * the exclusive lock.
  */
 static GmStmtEntry *
-entry_alloc(const GmStmtKey *key)
+entry_alloc(const GmStmtKey *key, uint32 h)
 {
 	GmStmtEntry *entry;
-	bool		found;
 
-	while (hash_get_num_entries(stmt_hash) >= statements_max)
+	while (stmt_shared->nentries >= statements_max)
 		if (!entry_dealloc())
 			return NULL;
-	entry = hash_search(stmt_hash, key, HASH_ENTER_NULL, &found);
-	if (entry != NULL && !found)
-	{
-		memset(&entry->c, 0, sizeof(entry->c));
-		SpinLockAcquire(&stmt_shared->mutex);
-		entry->c.usage = stmt_shared->median_usage;
-		SpinLockRelease(&stmt_shared->mutex);
-		SpinLockInit(&entry->mutex);
-	}
+	entry = &stmt_entries[stmt_shared->nentries];
+	memset(entry, 0, sizeof(*entry));
+	entry->key = *key;
+	entry->hash = h;
+	SpinLockAcquire(&stmt_shared->mutex);
+	entry->c.usage = stmt_shared->median_usage;
+	SpinLockRelease(&stmt_shared->mutex);
+	SpinLockInit(&entry->mutex);
+	index_add(stmt_shared->nentries++);
 	return entry;
 }
 
@@ -477,17 +556,21 @@ store(const GmStmtKey *key, int64 calls, int64 plan_bytes, int64 exec_bytes,
 	  int64 heap_change, int64 mmapped_change, int64 oom, int64 limit_oom)
 {
 	GmStmtEntry *entry;
+	uint32		h = key_hash(key);
 
 	/* An error left the lock held (a background worker's exit): skip. */
 	if (LWLockHeldByMe(stmt_shared->lock))
 		return;
 	LWLockAcquire(stmt_shared->lock, LW_SHARED);
-	entry = hash_search(stmt_hash, key, HASH_FIND, NULL);
+	entry = entry_find(key, h);
 	if (entry == NULL)
 	{
 		LWLockRelease(stmt_shared->lock);
 		LWLockAcquire(stmt_shared->lock, LW_EXCLUSIVE);
-		entry = entry_alloc(key);
+		/* Another backend may have added it meanwhile. */
+		entry = entry_find(key, h);
+		if (entry == NULL)
+			entry = entry_alloc(key, h);
 		if (entry == NULL)
 		{
 			LWLockRelease(stmt_shared->lock);
@@ -522,7 +605,7 @@ flush_pending(void)
 	int			n = npending_oom;
 
 	npending_oom = 0;
-	if (stmt_hash == NULL)
+	if (stmt_entries == NULL)
 		return;
 	for (int i = 0; i < n; i++)
 		store(&pending_oom[i].key, 0, -1, -1, 0, 0,
@@ -709,7 +792,7 @@ gm_statements_utility_end(GmUtilityMark *mark)
 {
 	GmMallinfo	mi;
 
-	if (!mark->tracked || stmt_hash == NULL)
+	if (!mark->tracked || stmt_entries == NULL)
 		return;
 	gm_mallinfo(&mi);
 	store(&mark->key, 1, -1, mark->key.toplevel && mark->top_gen == top_gen ? top_peak : -1,
@@ -770,7 +853,7 @@ gm_statements_transaction_end(void)
 static void
 require_hash(void)
 {
-	if (stmt_hash == NULL || stmt_shared == NULL)
+	if (stmt_entries == NULL)
 		ereport(ERROR,
 				(errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 				 errmsg("glibc_malloc must be loaded via shared_preload_libraries to record statements")));
@@ -788,16 +871,13 @@ glibc_malloc_statements(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	Oid			userid = GetUserId();
 	bool		all = has_privs_of_role(userid, ROLE_PG_READ_ALL_STATS);
-	HASH_SEQ_STATUS seq;
-	GmStmtEntry *entry;
-
 	require_hash();
 	gm_init_srf(fcinfo);
 
 	LWLockAcquire(stmt_shared->lock, LW_SHARED);
-	hash_seq_init(&seq, stmt_hash);
-	while ((entry = hash_seq_search(&seq)) != NULL)
+	for (int e = 0; e < stmt_shared->nentries; e++)
 	{
+		GmStmtEntry *entry = &stmt_entries[e];
 		Datum		values[21];
 		bool		nulls[21] = {0};
 		GmStmtCounters c;
@@ -864,7 +944,7 @@ glibc_malloc_statements_info(PG_FUNCTION_ARGS)
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
 	LWLockAcquire(stmt_shared->lock, LW_SHARED);
-	values[0] = Int64GetDatum(hash_get_num_entries(stmt_hash));
+	values[0] = Int64GetDatum(stmt_shared->nentries);
 	LWLockRelease(stmt_shared->lock);
 	SpinLockAcquire(&stmt_shared->mutex);
 	values[1] = Int64GetDatum(stmt_shared->dealloc);
@@ -888,19 +968,18 @@ glibc_malloc_statements_reset(PG_FUNCTION_ARGS)
 	Oid			dbid = PG_GETARG_OID(1);
 	int64		queryid = PG_GETARG_INT64(2);
 	TimestampTz now = GetCurrentTimestamp();
-	HASH_SEQ_STATUS seq;
-	GmStmtEntry *entry;
 
 	require_hash();
 	LWLockAcquire(stmt_shared->lock, LW_EXCLUSIVE);
-	hash_seq_init(&seq, stmt_hash);
-	while ((entry = hash_seq_search(&seq)) != NULL)
+	for (int e = 0; e < stmt_shared->nentries; e++)
 	{
-		if ((userid == InvalidOid || entry->key.userid == userid) &&
+		GmStmtEntry *entry = &stmt_entries[e];
+
+		entry->dead = (userid == InvalidOid || entry->key.userid == userid) &&
 			(dbid == InvalidOid || entry->key.dbid == dbid) &&
-			(queryid == 0 || (int64) entry->key.queryid == queryid))
-			hash_search(stmt_hash, &entry->key, HASH_REMOVE, NULL);
+			(queryid == 0 || (int64) entry->key.queryid == queryid);
 	}
+	entries_compact();
 	if (userid == InvalidOid && dbid == InvalidOid && queryid == 0)
 	{
 		SpinLockAcquire(&stmt_shared->mutex);

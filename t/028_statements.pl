@@ -131,6 +131,12 @@ cmp_ok($dealloc, '>', 0, "evicting ($dealloc times)");
 cmp_ok($small->safe_psql('postgres', 'SELECT count(*) FROM glibc_malloc_statements'), '<=', 100, 'the view shows no more');
 is($small->safe_psql('postgres', q{SELECT s.calls FROM glibc_malloc_statements s JOIN pg_stat_statements p USING (userid, dbid, queryid) WHERE p.query = 'SELECT $1, $2'}),
 	50, 'the statement called 50 times survived the churn: the least used go');
+# Evictions move the entries that stay: each is still found, once.
+$small->safe_psql('postgres', join '', map { "SELECT 'hot', $_;\n" } 1 .. 10);
+is($small->safe_psql('postgres', q{SELECT string_agg(s.calls::text, ',') FROM glibc_malloc_statements s JOIN pg_stat_statements p USING (userid, dbid, queryid) WHERE p.query = 'SELECT $1, $2'}),
+	60, 'called 10 times more after the churn, it counts on in its one row');
+is($small->safe_psql('postgres', 'SELECT count(*) - count(DISTINCT (userid, dbid, queryid, toplevel)) FROM glibc_malloc_statements'),
+	0, 'no statement has two rows');
 
 $small->safe_psql('postgres', q{
 	CREATE ROLE alice LOGIN; CREATE ROLE bob LOGIN; CREATE ROLE carol LOGIN;
