@@ -121,8 +121,9 @@ typedef struct GmStmtEntry
  * use, and an open-addressing index (linear probing) of at least twice as
  * many slots, each 0 (empty) or an entry's position + 1.  Eviction scans
  * the array in order, and a lookup reads one index slot or a few and one
- * entry: under churn both run for most statements, and dynahash's chains
- * cost a cache miss at each step.  Removing entries compacts the array and
+ * entry: under churn both run for most statements (with dynahash, its
+ * lookups and its walk took 2.65 % of a backend's samples there, against
+ * 0.6 % now: docs/statements.md).  Removing entries compacts the array and
  * rebuilds the index from the stored hashes.
  */
 typedef struct GmStmtShared
@@ -278,7 +279,7 @@ gm_statements_define_gucs(void)
 {
 	/*
 	 * SUSET, as pg_stat_statements.track: what is recorded for everybody.
-	 * Off by default: recording costs up to about 3 % of throughput when
+	 * Off by default: recording costs about 2 to 3 % of throughput when
 	 * distinct statements churn through the table (docs/statements.md),
 	 * and a module loaded for its presets should cost nothing more.
 	 */

@@ -137,6 +137,32 @@ is($small->safe_psql('postgres', q{SELECT string_agg(s.calls::text, ',') FROM gl
 	60, 'called 10 times more after the churn, it counts on in its one row');
 is($small->safe_psql('postgres', 'SELECT count(*) - count(DISTINCT (userid, dbid, queryid, toplevel)) FROM glibc_malloc_statements'),
 	0, 'no statement has two rows');
+# Every churned statement that survived (moved when others before it were
+# evicted), run once more, counts one more call in its row.  Read without
+# recording, so that reading evicts nothing; the re-runs are all hits.
+{
+	local $ENV{PGOPTIONS} = '-c glibc_malloc.track_statements=none';
+	my $read = q{SELECT s.queryid || '|' || s.calls || '|' || p.query FROM glibc_malloc_statements s
+		JOIN pg_stat_statements p USING (userid, dbid, queryid) WHERE p.query LIKE 'SELECT $1+%'};
+	my (%calls, $rerun);
+	for (split /\n/, $small->safe_psql('postgres', $read))
+	{
+		my ($q, $c, $text) = split /\|/, $_, 3;
+		my $n = () = $text =~ /\$/g;
+		$calls{$q} = $c;
+		$rerun .= 'SELECT 1' . ('+1' x ($n - 1)) . ";\n";
+	}
+	cmp_ok(scalar keys %calls, '>=', 20, 'churned statements survive: ' . scalar(keys %calls));
+	{
+		local $ENV{PGOPTIONS} = '';
+		$small->safe_psql('postgres', $rerun);
+	}
+	my %after = map { split /\|/, $_, 2 } split /\n/,
+	  $small->safe_psql('postgres', q{SELECT queryid || '|' || calls FROM glibc_malloc_statements});
+	my @wrong = grep { ($after{$_} // 0) != $calls{$_} + 1 } sort keys %calls;
+	is(scalar @wrong, 0, 'each survivor, run once more, counts one more call in its own row')
+	  or diag join ', ', map { "$_: $calls{$_} -> " . ($after{$_} // 'gone') } @wrong[ 0 .. ($#wrong < 4 ? $#wrong : 4) ];
+}
 
 $small->safe_psql('postgres', q{
 	CREATE ROLE alice LOGIN; CREATE ROLE bob LOGIN; CREATE ROLE carol LOGIN;
