@@ -198,7 +198,6 @@ typedef struct GmPendingOom
 static GmPendingOom pending_oom[GM_PENDING_OOM];
 static int	npending_oom = 0;
 
-/* Size of the shared state. */
 /* The index's slots: a power of 2, at least twice statements_max. */
 static Size
 index_slots(void)
@@ -206,6 +205,7 @@ index_slots(void)
 	return (Size) pg_nextpower2_64((uint64) statements_max * 2);
 }
 
+/* Size of the shared state: the header, the index, the entries. */
 static Size
 stmt_shared_size(void)
 {
@@ -214,7 +214,7 @@ stmt_shared_size(void)
 					mul_size(statements_max, sizeof(GmStmtEntry)));
 }
 
-/* shmem_request_hook: the hash and its lock. */
+/* shmem_request_hook: the table and its lock. */
 static void
 gm_statements_request(void)
 {
