@@ -143,6 +143,30 @@ for my $stem (@stems)
 	is(slurp_file("$copy/$stem.md"), slurp_file("$results/$stem.md"), "into the committed $stem.md");
 }
 
+# --one-server: the configurations at once, on one server pinned to one CPU.
+SKIP:
+{
+	my @cpus = split /,/, ((`taskset -cp $$ 2>/dev/null` =~ /:\s*(\S+)\s*$/)[0] // '');
+	skip 'bench/measure --one-server needs taskset and 2 CPUs', 7
+	  unless @cpus && (`nproc` + 0) >= 2;
+	my $one = "$out/one";
+	mkdir $one;
+	ok(IPC::Run::run([ "$FindBin::RealBin/../bench/run", '--out', $one, '--one-server', '--only', 'select,distinct',
+				'--configs', 'module,stmts,stmts2', '--baseline', 'module', '--rounds', '2', '--seconds', '1' ],
+			'>', \$stdout, '2>', \$stderr),
+		'bench/run --one-server exits 0') or diag $stderr;
+	my ($j) = glob("$one/*.json");
+	my $o = decode_json(slurp_file($j));
+	my %oc = map { $_->{key} => $_ } @{ $o->{configurations} };
+	is_deeply([ sort keys %{ $o->{one_server} } ], [qw(module stmts stmts2)], 'it records each configuration\'s session settings');
+	like($o->{one_server}{module}, qr/track_statements=none/, 'module: recording off in its sessions');
+	like($o->{one_server}{stmts}, qr/track_statements=top/, 'stmts: on');
+	is($o->{pinned}{postmaster}, $o->{pinned}{server}, 'the postmaster ran on the server\'s CPU only');
+	ok(!grep({ scalar @{ $oc{$_}{distinct_tps}{rounds} // [] } != 2 || scalar @{ $oc{$_}{select_tps}{rounds} // [] } != 2 } qw(module stmts stmts2)),
+		'every configuration has a TPS per round and workload');
+	like(slurp_file(glob("$one/*.md")), qr/^One server \(`--one-server`\), on CPU \d+/m, 'the report says how it ran');
+}
+
 # The demo's table, from the same JSON.
 ok(IPC::Run::run([ "$FindBin::RealBin/../bench/report", '--text', $json ], '>', \$stdout, '2>', \$stderr),
 	'bench/report --text runs') or diag $stderr;
