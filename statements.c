@@ -281,7 +281,7 @@ gm_statements_define_gucs(void)
 {
 	/*
 	 * SUSET, as pg_stat_statements.track: what is recorded for everybody.
-	 * Off by default: recording costs about 2 to 3 % of throughput when
+	 * Off by default: recording costs about 2 % of throughput when
 	 * distinct statements churn through the table (docs/statements.md),
 	 * and a module loaded for its presets should cost nothing more.
 	 */
