@@ -155,7 +155,7 @@ SKIP:
 	my $one = "$out/one";
 	mkdir $one;
 	ok(IPC::Run::run([ "$FindBin::RealBin/../bench/run", '--out', $one, '--one-server', '--only', 'select,distinct',
-				'--configs', 'module,stmts,stmts2', '--rounds', '2', '--seconds', '1' ],
+				'--configs', 'module,stmts,stmts2', '--rounds', '2', '--seconds', '2' ],
 			'>', \$stdout, '2>', \$stderr),
 		'bench/run --one-server exits 0 (its baseline: module)') or diag $stderr;
 	my ($j) = glob("$one/*.json");
