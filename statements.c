@@ -122,11 +122,11 @@ typedef struct GmStmtEntry
  * many slots, each 0 (empty) or an entry's hash (high 32 bits) and its
  * position + 1 (low 32 bits).  Eviction scans the array in order, and a
  * lookup reads one index slot or a few and only the entry whose hash
- * matches (a statement not in the table reads no entry): under churn both
- * run for most statements (with dynahash, its
- * lookups and its walk took 2.65 % of a backend's samples there, against
- * 0.6 % now: docs/statements.md).  Removing entries compacts the array and
- * rebuilds the index from the stored hashes.
+ * matches (a statement not in the table reads no entry).  Under churn both
+ * run for most statements: with dynahash, its lookups and its walk took
+ * 2.65 % of a backend's samples there, against 0.6 % now
+ * (docs/statements.md).  Removing entries compacts the array and rebuilds
+ * the index from the stored hashes.
  */
 typedef struct GmStmtShared
 {
