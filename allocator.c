@@ -285,6 +285,22 @@ gm_mallinfo(GmMallinfo *mi)
 }
 
 /*
+ * The end of glibc's main arena, the program break (sbrk(0), no system
+ * call): its change is the heap's (mallinfo's arena) in a process whose
+ * mallocs all run on its main thread, as a backend's do unless a module's
+ * threads allocate.  0 when glibc's malloc is not the live one.
+ */
+int64
+gm_heap_end(void)
+{
+#ifdef GM_HAVE_GLIBC
+	if (gm_malloc_is_glibc)
+		return (int64) (uintptr_t) sbrk(0);
+#endif
+	return 0;
+}
+
+/*
  * Microseconds on CLOCK_MONOTONIC, for due times and intervals: a step of
  * the wall clock moves neither.  Async-signal-safe; the same clock in every
  * process.

@@ -342,15 +342,17 @@ gm_ExecutorStart(QueryDesc *queryDesc, int eflags)
 /*
  * Measure the executor's memory before the nodes are shut down (for the
  * view, the statement log, and whether the free heap was reused), then
- * chain.  A clock read only after a statement that reused it.
+ * chain, then what the shutdown gave back.  A clock read only after a
+ * statement that reused it.
  */
 static void
 gm_ExecutorEnd(QueryDesc *queryDesc)
 {
 	int64		reuse = gm_reuse_bytes();
 	int64		bytes = gm_doctor_statement_end(queryDesc, reuse > 0, gm_statements_top_queryid());
+	GmStmtEnd	end;
 
-	gm_statements_executor_end(queryDesc);
+	gm_statements_executor_end(queryDesc, &end);
 
 	if (reuse > 0 && bytes >= reuse)
 	{
@@ -361,6 +363,7 @@ gm_ExecutorEnd(QueryDesc *queryDesc)
 		prev_ExecutorEnd(queryDesc);
 	else
 		standard_ExecutorEnd(queryDesc);
+	gm_statements_executor_ended(&end);
 }
 
 /* Count the nesting level around the executor's run, then chain. */

@@ -252,6 +252,7 @@ extern void gm_allocator_init(void);
 extern const char *gm_glibc_version(void);
 extern int64 gm_mmap_threshold_limit(void);
 extern void gm_mallinfo(GmMallinfo *mi);
+extern int64 gm_heap_end(void);
 extern int64 gm_proc_status_bytes(int pid, const char *key);
 extern int64 gm_context_used(MemoryContext cxt);
 extern int64 gm_rss_anon(void);
@@ -268,6 +269,7 @@ extern bool gm_xact_trim_wanted(void);
 extern int64 gm_reuse_bytes(void);
 extern bool gm_xact_trim(bool busy);
 extern void gm_resolve(GmParam p, GmResolved *r);
+extern int64 gm_mmap_floor(void);
 extern bool gm_dynamic_active(GmSource *frozen_by);
 extern int	gm_idle_delay(GmSource *source);
 extern int	gm_current_preset(void);
@@ -358,9 +360,23 @@ typedef struct GmUtilityMark
 	bool		tracked;
 	GmStmtKey	key;
 	uint64		top_gen;		/* statements.c's count of top-level starts */
-	int64		heap_bytes;
+	int64		heap_end;		/* the program break at its start */
 	int64		mmapped_bytes;
 } GmUtilityMark;
+
+/*
+ * An executor's end, measured before its shutdown: stored at once, or, when
+ * its memory could hold mmapped chunks, after the shutdown gave them back.
+ */
+typedef struct GmStmtEnd
+{
+	bool		pending;		/* to store after the shutdown */
+	GmStmtKey	key;
+	int64		plan_bytes;
+	int64		exec_bytes;
+	int64		heap_change;
+	int64		mmapped_bytes;	/* glibc's before the shutdown */
+} GmStmtEnd;
 extern void gm_statements_define_gucs(void);
 extern void gm_statements_init(void);
 extern bool gm_statements_tracking(void);
@@ -368,7 +384,8 @@ extern int64 gm_statements_top_queryid(void);
 extern MemoryContext gm_statements_plan_start(Query *parse, int nesting, MemoryContext *planner_cxt);
 extern void gm_statements_plan_end(MemoryContext planner_cxt, Query *parse, int nesting);
 extern void gm_statements_executor_start(QueryDesc *queryDesc, int eflags, int nesting);
-extern void gm_statements_executor_end(QueryDesc *queryDesc);
+extern void gm_statements_executor_end(QueryDesc *queryDesc, GmStmtEnd *end);
+extern void gm_statements_executor_ended(GmStmtEnd *end);
 extern bool gm_statements_utility_start(PlannedStmt *pstmt, int nesting, GmUtilityMark *mark);
 extern void gm_statements_utility_end(GmUtilityMark *mark);
 extern void gm_statements_note_oom(bool limit);

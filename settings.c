@@ -254,6 +254,22 @@ gm_resolve(GmParam p, GmResolved *r)
 		r->applied = r->source == GM_SRC_ENVIRONMENT;
 }
 
+/*
+ * The smallest request glibc's malloc may serve with mmap in this process:
+ * the threshold last passed to mallopt, else the environment's, else glibc's
+ * starting one (its dynamic threshold only rises).  Another module's mallopt
+ * is not seen.
+ */
+int64
+gm_mmap_floor(void)
+{
+	if (applied[GM_MMAP_THRESHOLD] >= 0)
+		return applied[GM_MMAP_THRESHOLD];
+	if (gm_env_value[GM_MMAP_THRESHOLD] >= 0)
+		return gm_env_value[GM_MMAP_THRESHOLD];
+	return gm_params[GM_MMAP_THRESHOLD].glibc_default;
+}
+
 /* Whether glibc's dynamic thresholds are still active in this process. */
 bool
 gm_dynamic_active(GmSource *why)

@@ -12,8 +12,13 @@
  * largest of the executors nested in it.  The planner peak is the bytes the
  * planner used, in a memory context of its own made for the planning (as
  * EXPLAIN (MEMORY) does); the plan stays in it, a child of the caller's
- * context, and is freed with it.  The heap
- * and mmapped change are mallinfo's across the statement.
+ * context, and is freed with it.  The heap change is the program break's
+ * across the statement (sbrk(0): glibc's main arena, which is all of a
+ * backend's heap unless a module's threads allocate; no mallinfo, which
+ * walks every free chunk).  The mmapped change of an executor is what its
+ * shutdown gave back to the kernel (mallinfo before and after), read only
+ * when its memory reached the smallest request glibc may mmap (so never for
+ * small statements); a utility statement's is mallinfo's across it.
  *
  * Statements without a queryid are not counted (PostgreSQL 13 has queryids
  * only with pg_stat_statements loaded; from 14, compute_query_id = off turns
@@ -28,7 +33,7 @@
  * when the hash is full, every usage decays and the least used 10 % go
  * (found by selection, not by sorting all).
  *
- * Calls allocator.c.
+ * Calls allocator.c and settings.c.
  *
  *-------------------------------------------------------------------------
  */
@@ -162,8 +167,7 @@ typedef struct GmStmtRun
 {
 	QueryDesc  *query;			/* NULL: free */
 	GmStmtKey	key;
-	int64		heap_bytes;
-	int64		mmapped_bytes;
+	int64		heap_end;		/* the program break at its start */
 	int64		plan_bytes;		/* -1: not planned for this run */
 	uint64		top_gen;		/* top_gen at its start */
 	SubTransactionId subid;		/* the subtransaction it started in */
@@ -692,7 +696,6 @@ gm_statements_executor_start(QueryDesc *queryDesc, int eflags, int nesting)
 	uint64		queryid;
 	GmStmtRun  *run = NULL;
 	GmStmtKey	key;
-	GmMallinfo	mi;
 
 	if (!gm_statements_tracking() || (eflags & EXEC_FLAG_EXPLAIN_ONLY))
 		return;
@@ -712,11 +715,9 @@ gm_statements_executor_start(QueryDesc *queryDesc, int eflags, int nesting)
 			run = &runs[i];
 	if (run == NULL)
 		return;
-	gm_mallinfo(&mi);
 	run->query = queryDesc;
 	run->key = key;
-	run->heap_bytes = mi.arena;
-	run->mmapped_bytes = mi.hblkhd;
+	run->heap_end = gm_heap_end();
 	run->plan_bytes = -1;
 	run->top_gen = top_gen;
 	run->subid = GetCurrentSubTransactionId();
@@ -730,17 +731,21 @@ gm_statements_executor_start(QueryDesc *queryDesc, int eflags, int nesting)
 /*
  * ExecutorEnd, before the nodes are shut down: store the statement with its
  * executor memory, the bytes in use in its memory contexts (what EXPLAIN
- * ANALYZE reports for sorts and hashes).  Every executor's memory counts
- * toward the running top-level statement's peak.
+ * ANALYZE reports for sorts and hashes), and its heap change.  Every
+ * executor's memory counts toward the running top-level statement's peak.
+ * When that memory could hold mmapped chunks, it is kept in *end for
+ * gm_statements_executor_ended instead.
  */
 void
-gm_statements_executor_end(QueryDesc *queryDesc)
+gm_statements_executor_end(QueryDesc *queryDesc, GmStmtEnd *end)
 {
 	GmStmtRun  *run = NULL;
 	GmMallinfo	mi;
 	int64		bytes;
 	int64		peak;
+	int64		heap_change;
 
+	end->pending = false;
 	if (!gm_statements_tracking() || queryDesc->estate == NULL ||
 		(queryDesc->estate->es_top_eflags & EXEC_FLAG_EXPLAIN_ONLY))
 		return;
@@ -753,11 +758,39 @@ gm_statements_executor_end(QueryDesc *queryDesc)
 	if (run == NULL)
 		return;
 	run->query = NULL;
-	gm_mallinfo(&mi);
-	store(&run->key, 1, run->plan_bytes, peak,
-		  (int64) mi.arena - run->heap_bytes, (int64) mi.hblkhd - run->mmapped_bytes, 0, 0);
+	heap_change = gm_heap_end() - run->heap_end;
 	if (run->key.toplevel)
 		cur_key_valid = false;
+	if ((int64) MemoryContextMemAllocated(queryDesc->estate->es_query_cxt, true) < gm_mmap_floor())
+	{
+		/* No block of its memory was large enough for mmap. */
+		store(&run->key, 1, run->plan_bytes, peak, heap_change, 0, 0, 0);
+		return;
+	}
+	gm_mallinfo(&mi);
+	end->pending = true;
+	end->key = run->key;
+	end->plan_bytes = run->plan_bytes;
+	end->exec_bytes = peak;
+	end->heap_change = heap_change;
+	end->mmapped_bytes = (int64) mi.hblkhd;
+}
+
+/*
+ * After ExecutorEnd's shutdown: store the statement kept in *end with the
+ * mmapped bytes its shutdown gave back (not after an error).
+ */
+void
+gm_statements_executor_ended(GmStmtEnd *end)
+{
+	GmMallinfo	mi;
+
+	if (!end->pending || stmt_entries == NULL)
+		return;
+	end->pending = false;
+	gm_mallinfo(&mi);
+	store(&end->key, 1, end->plan_bytes, end->exec_bytes, end->heap_change,
+		  end->mmapped_bytes - (int64) mi.hblkhd, 0, 0);
 }
 
 /*
@@ -787,7 +820,7 @@ gm_statements_utility_start(PlannedStmt *pstmt, int nesting, GmUtilityMark *mark
 	gm_mallinfo(&mi);
 	mark->tracked = true;
 	mark->top_gen = top_gen;
-	mark->heap_bytes = mi.arena;
+	mark->heap_end = gm_heap_end();
 	mark->mmapped_bytes = mi.hblkhd;
 	return true;
 }
@@ -802,7 +835,7 @@ gm_statements_utility_end(GmUtilityMark *mark)
 		return;
 	gm_mallinfo(&mi);
 	store(&mark->key, 1, -1, mark->key.toplevel && mark->top_gen == top_gen ? top_peak : -1,
-		  (int64) mi.arena - mark->heap_bytes, (int64) mi.hblkhd - mark->mmapped_bytes, 0, 0);
+		  gm_heap_end() - mark->heap_end, (int64) mi.hblkhd - mark->mmapped_bytes, 0, 0);
 	if (mark->key.toplevel)
 		cur_key_valid = false;
 }

@@ -29,12 +29,13 @@ sub row_for
 	my $out = $node->safe_psql('postgres', qq{
 		SELECT s.calls, s.plans, coalesce(s.max_plan_peak_bytes, -1), s.exec_measured,
 		       coalesce(s.max_exec_peak_bytes, -1), coalesce(s.min_exec_peak_bytes, -1),
-		       s.heap_change_bytes, s.heap_grew, s.oom_errors, s.limit_oom_errors, s.queryid
+		       s.heap_change_bytes, s.heap_grew, s.oom_errors, s.limit_oom_errors, s.queryid,
+		       s.mmapped_change_bytes
 		FROM glibc_malloc_statements s JOIN pg_stat_statements p $join
 		WHERE p.query = \$\$$text\$\$ } . ($where // ''));
 	return undef if $out eq '';
 	my %r;
-	@r{qw(calls plans plan_peak exec_measured max_exec min_exec heap_change heap_grew oom limit_oom queryid)} = split /\|/, $out;
+	@r{qw(calls plans plan_peak exec_measured max_exec min_exec heap_change heap_grew oom limit_oom queryid mmapped_change)} = split /\|/, $out;
 	return \%r;
 }
 
@@ -74,6 +75,32 @@ $r = row_for('SELECT * FROM t ORDER BY a OFFSET $1');
 cmp_ok($h, '>', 8 * 2**20, "a greedy session's heap grew across the sort, as glibc reports it ($h bytes)");
 cmp_ok(abs($r->{heap_change} - $h), '<', 2**20, "the row's heap change ($r->{heap_change}) is glibc's, within 1 MB");
 is($r->{heap_grew}, 1, 'and it counts one call that grew the heap');
+
+# The mmapped change against glibc's own counters.  With mmap_threshold at
+# 128 kB the sort's large blocks are mmapped and held until the executor
+# shuts down: a cursor holds the same sort open, and glibc counts them.  The
+# row's mmapped change is that, read from glibc around the shutdown.
+my $mm = "SET glibc_malloc.mmap_threshold = '128kB'; SET work_mem = '64MB'";
+my $held = $node->safe_psql('postgres', qq{
+	$mm;
+	CREATE TEMP TABLE m AS SELECT mmapped_bytes FROM glibc_malloc_stats();
+	BEGIN;
+	DECLARE c CURSOR FOR $sort;
+	FETCH 1 FROM c;
+	SELECT s.mmapped_bytes - m.mmapped_bytes FROM glibc_malloc_stats() s, m;
+	COMMIT});
+cmp_ok($held, '>', 4 * 2**20, "glibc counts the open sort's mmapped chunks ($held bytes)");
+$node->safe_psql('postgres', 'SELECT glibc_malloc_statements_reset()');
+$node->safe_psql('postgres', "$mm; $sort");
+$r = row_for('SELECT * FROM t ORDER BY a OFFSET $1');
+cmp_ok(abs($r->{mmapped_change} - $held), '<', 0.1 * $held,
+	"the row's mmapped change ($r->{mmapped_change}) is glibc's, within 10 %");
+# With mmap_max = 0 glibc maps nothing: the row says 0 for the same sort.
+$node->safe_psql('postgres', 'SELECT glibc_malloc_statements_reset()');
+$node->safe_psql('postgres', "$mm; SET glibc_malloc.mmap_max = 0; $sort");
+$r = row_for('SELECT * FROM t ORDER BY a OFFSET $1');
+cmp_ok($r->{max_exec}, '>', 4 * 2**20, "with mmap_max = 0, the sort's peak is as large ($r->{max_exec} bytes)");
+is($r->{mmapped_change}, 0, 'and its mmapped change 0: nothing was mmapped');
 
 # Utility statements (queryids from PostgreSQL 14).
 SKIP:
