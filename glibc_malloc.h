@@ -365,16 +365,13 @@ typedef struct GmUtilityMark
 } GmUtilityMark;
 
 /*
- * An executor's end, measured before its shutdown: stored at once, or, when
- * its memory could hold mmapped chunks, after the shutdown gave them back.
+ * An executor's end whose memory could hold mmapped chunks: its call is
+ * stored, and what the shutdown gives back is added after it.
  */
 typedef struct GmStmtEnd
 {
-	bool		pending;		/* to store after the shutdown */
+	bool		pending;		/* mmapped bytes to add after the shutdown */
 	GmStmtKey	key;
-	int64		plan_bytes;
-	int64		exec_bytes;
-	int64		heap_change;
 	int64		mmapped_bytes;	/* glibc's before the shutdown */
 } GmStmtEnd;
 extern void gm_statements_define_gucs(void);

@@ -256,16 +256,17 @@ gm_resolve(GmParam p, GmResolved *r)
 
 /*
  * The smallest request glibc's malloc may serve with mmap in this process:
- * the threshold last passed to mallopt, else the environment's, else glibc's
- * starting one (its dynamic threshold only rises).  Another module's mallopt
- * is not seen.
+ * the threshold last passed to mallopt, else the environment's if glibc took
+ * it (not above its limit), else glibc's starting one (its dynamic threshold
+ * only rises).  Another module's mallopt is not seen.
  */
 int64
 gm_mmap_floor(void)
 {
 	if (applied[GM_MMAP_THRESHOLD] >= 0)
 		return applied[GM_MMAP_THRESHOLD];
-	if (gm_env_value[GM_MMAP_THRESHOLD] >= 0)
+	if (gm_env_value[GM_MMAP_THRESHOLD] >= 0 &&
+		gm_env_value[GM_MMAP_THRESHOLD] <= gm_mmap_threshold_limit())
 		return gm_env_value[GM_MMAP_THRESHOLD];
 	return gm_params[GM_MMAP_THRESHOLD].glibc_default;
 }

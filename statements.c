@@ -3,8 +3,9 @@
  * statements.c
  *		Memory per query: a shared hash keyed like pg_stat_statements
  *		(userid, dbid, queryid, toplevel) with each statement's executor and
- *		planner memory peaks, glibc's heap and mmapped change across it, and
- *		its "out of memory" errors (glibc_malloc_statements).
+ *		planner memory peaks, glibc's heap change across it and the mmapped
+ *		bytes it held, and its "out of memory" errors
+ *		(glibc_malloc_statements).
  *
  * The executor peak is the statement log's measure (doctor.c): the bytes in
  * use in the query's memory context tree at ExecutorEnd, before the nodes
@@ -155,8 +156,8 @@ static shmem_request_hook_type prev_shmem_request_hook = NULL;
 #endif
 
 /*
- * A running statement, by QueryDesc: its key, glibc's heap and mmapped bytes
- * at its start, and its planning.  Executors nest (functions, triggers,
+ * A running statement, by QueryDesc: its key, the program break and the mmap
+ * floor at its start, and its planning.  Executors nest (functions, triggers,
  * cursors); a statement ended by an error never reaches ExecutorEnd, so the
  * slots are freed when its subtransaction aborts, and at transaction end.
  * With all slots taken, a new statement is not recorded (a running one is
@@ -168,6 +169,7 @@ typedef struct GmStmtRun
 	QueryDesc  *query;			/* NULL: free */
 	GmStmtKey	key;
 	int64		heap_end;		/* the program break at its start */
+	int64		mmap_floor;		/* gm_mmap_floor() at its start */
 	int64		plan_bytes;		/* -1: not planned for this run */
 	uint64		top_gen;		/* top_gen at its start */
 	SubTransactionId subid;		/* the subtransaction it started in */
@@ -608,6 +610,28 @@ store(const GmStmtKey *key, int64 calls, int64 plan_bytes, int64 exec_bytes,
 	LWLockRelease(stmt_shared->lock);
 }
 
+/*
+ * Add the mmapped bytes a stored call's executor gave back at its shutdown
+ * to key's entry, if it is still there (no call, no usage).
+ */
+static void
+store_mmapped(const GmStmtKey *key, int64 bytes)
+{
+	GmStmtEntry *entry;
+
+	if (LWLockHeldByMe(stmt_shared->lock))
+		return;
+	LWLockAcquire(stmt_shared->lock, LW_SHARED);
+	entry = entry_find(key, key_hash(key));
+	if (entry != NULL)
+	{
+		SpinLockAcquire(&entry->mutex);
+		entry->c.mmapped_change += bytes;
+		SpinLockRelease(&entry->mutex);
+	}
+	LWLockRelease(stmt_shared->lock);
+}
+
 /* Store the "out of memory" errors emit_log_hook noted. */
 static void
 flush_pending(void)
@@ -718,6 +742,7 @@ gm_statements_executor_start(QueryDesc *queryDesc, int eflags, int nesting)
 	run->query = queryDesc;
 	run->key = key;
 	run->heap_end = gm_heap_end();
+	run->mmap_floor = gm_mmap_floor();
 	run->plan_bytes = -1;
 	run->top_gen = top_gen;
 	run->subid = GetCurrentSubTransactionId();
@@ -733,8 +758,9 @@ gm_statements_executor_start(QueryDesc *queryDesc, int eflags, int nesting)
  * executor memory, the bytes in use in its memory contexts (what EXPLAIN
  * ANALYZE reports for sorts and hashes), and its heap change.  Every
  * executor's memory counts toward the running top-level statement's peak.
- * When that memory could hold mmapped chunks, it is kept in *end for
- * gm_statements_executor_ended instead.
+ * When that memory could hold mmapped chunks (at the mmap floor of its start
+ * or of now, whichever is lower: a function's SET may move it), glibc's
+ * mmapped bytes are kept in *end for gm_statements_executor_ended.
  */
 void
 gm_statements_executor_end(QueryDesc *queryDesc, GmStmtEnd *end)
@@ -761,24 +787,20 @@ gm_statements_executor_end(QueryDesc *queryDesc, GmStmtEnd *end)
 	heap_change = gm_heap_end() - run->heap_end;
 	if (run->key.toplevel)
 		cur_key_valid = false;
-	if ((int64) MemoryContextMemAllocated(queryDesc->estate->es_query_cxt, true) < gm_mmap_floor())
-	{
-		/* No block of its memory was large enough for mmap. */
-		store(&run->key, 1, run->plan_bytes, peak, heap_change, 0, 0, 0);
+	store(&run->key, 1, run->plan_bytes, peak, heap_change, 0, 0, 0);
+	/* Unless a block of its memory could have been large enough for mmap. */
+	if ((int64) MemoryContextMemAllocated(queryDesc->estate->es_query_cxt, true) <
+		Min(run->mmap_floor, gm_mmap_floor()))
 		return;
-	}
 	gm_mallinfo(&mi);
 	end->pending = true;
 	end->key = run->key;
-	end->plan_bytes = run->plan_bytes;
-	end->exec_bytes = peak;
-	end->heap_change = heap_change;
 	end->mmapped_bytes = (int64) mi.hblkhd;
 }
 
 /*
- * After ExecutorEnd's shutdown: store the statement kept in *end with the
- * mmapped bytes its shutdown gave back (not after an error).
+ * After ExecutorEnd's shutdown: add the mmapped bytes it gave back to the
+ * call stored before it (lost if the shutdown fails; the call stays).
  */
 void
 gm_statements_executor_ended(GmStmtEnd *end)
@@ -789,8 +811,7 @@ gm_statements_executor_ended(GmStmtEnd *end)
 		return;
 	end->pending = false;
 	gm_mallinfo(&mi);
-	store(&end->key, 1, end->plan_bytes, end->exec_bytes, end->heap_change,
-		  end->mmapped_bytes - (int64) mi.hblkhd, 0, 0);
+	store_mmapped(&end->key, end->mmapped_bytes - (int64) mi.hblkhd);
 }
 
 /*
