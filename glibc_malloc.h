@@ -270,6 +270,7 @@ extern int64 gm_reuse_bytes(void);
 extern bool gm_xact_trim(bool busy);
 extern void gm_resolve(GmParam p, GmResolved *r);
 extern int64 gm_mmap_floor(void);
+extern uint64 gm_mmap_threshold_changes(void);
 extern bool gm_dynamic_active(GmSource *frozen_by);
 extern int	gm_idle_delay(GmSource *source);
 extern int	gm_current_preset(void);

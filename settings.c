@@ -99,6 +99,9 @@ static int	cur_idle_delay = -1;
  */
 static int64 applied[GM_NPARAMS];
 
+/* How many times this process passed mallopt a new M_MMAP_THRESHOLD. */
+static uint64 mmap_threshold_changes = 0;
+
 /* Whether glibc's dynamic thresholds were frozen, and by what. */
 static bool dynamic_frozen = false;
 static GmSource frozen_by = GM_SRC_GLIBC_DEFAULT;
@@ -271,6 +274,17 @@ gm_mmap_floor(void)
 	return gm_params[GM_MMAP_THRESHOLD].glibc_default;
 }
 
+/*
+ * A count of the M_MMAP_THRESHOLD changes this process made: a statement
+ * that saw it move may have been mmapped at a floor it cannot see at its
+ * start and end (a function's SET clause puts the value back).
+ */
+uint64
+gm_mmap_threshold_changes(void)
+{
+	return mmap_threshold_changes;
+}
+
 /* Whether glibc's dynamic thresholds are still active in this process. */
 bool
 gm_dynamic_active(GmSource *why)
@@ -340,6 +354,8 @@ gm_apply(void)
 		}
 #endif
 		applied[p] = target;
+		if (p == GM_MMAP_THRESHOLD)
+			mmap_threshold_changes++;
 		if (gm_params[p].freezes_dynamic && !dynamic_frozen)
 		{
 			dynamic_frozen = true;

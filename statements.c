@@ -170,6 +170,7 @@ typedef struct GmStmtRun
 	GmStmtKey	key;
 	int64		heap_end;		/* the program break at its start */
 	int64		mmap_floor;		/* gm_mmap_floor() at its start */
+	uint64		mmap_changes;	/* gm_mmap_threshold_changes() at its start */
 	int64		plan_bytes;		/* -1: not planned for this run */
 	uint64		top_gen;		/* top_gen at its start */
 	SubTransactionId subid;		/* the subtransaction it started in */
@@ -743,6 +744,7 @@ gm_statements_executor_start(QueryDesc *queryDesc, int eflags, int nesting)
 	run->key = key;
 	run->heap_end = gm_heap_end();
 	run->mmap_floor = gm_mmap_floor();
+	run->mmap_changes = gm_mmap_threshold_changes();
 	run->plan_bytes = -1;
 	run->top_gen = top_gen;
 	run->subid = GetCurrentSubTransactionId();
@@ -758,9 +760,9 @@ gm_statements_executor_start(QueryDesc *queryDesc, int eflags, int nesting)
  * executor memory, the bytes in use in its memory contexts (what EXPLAIN
  * ANALYZE reports for sorts and hashes), and its heap change.  Every
  * executor's memory counts toward the running top-level statement's peak.
- * When that memory could hold mmapped chunks (at the mmap floor of its start
- * or of now, whichever is lower: a function's SET may move it), glibc's
- * mmapped bytes are kept in *end for gm_statements_executor_ended.
+ * When that memory could hold mmapped chunks (it reached the mmap floor,
+ * which did not move while it ran), glibc's mmapped bytes are kept in *end
+ * for gm_statements_executor_ended.
  */
 void
 gm_statements_executor_end(QueryDesc *queryDesc, GmStmtEnd *end)
@@ -789,8 +791,9 @@ gm_statements_executor_end(QueryDesc *queryDesc, GmStmtEnd *end)
 		cur_key_valid = false;
 	store(&run->key, 1, run->plan_bytes, peak, heap_change, 0, 0, 0);
 	/* Unless a block of its memory could have been large enough for mmap. */
-	if ((int64) MemoryContextMemAllocated(queryDesc->estate->es_query_cxt, true) <
-		Min(run->mmap_floor, gm_mmap_floor()))
+	if (run->mmap_changes == gm_mmap_threshold_changes() &&
+		(int64) MemoryContextMemAllocated(queryDesc->estate->es_query_cxt, true) <
+		run->mmap_floor)
 		return;
 	gm_mallinfo(&mi);
 	end->pending = true;
@@ -811,7 +814,8 @@ gm_statements_executor_ended(GmStmtEnd *end)
 		return;
 	end->pending = false;
 	gm_mallinfo(&mi);
-	store_mmapped(&end->key, end->mmapped_bytes - (int64) mi.hblkhd);
+	if ((int64) mi.hblkhd != end->mmapped_bytes)
+		store_mmapped(&end->key, end->mmapped_bytes - (int64) mi.hblkhd);
 }
 
 /*

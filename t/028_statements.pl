@@ -101,6 +101,19 @@ $node->safe_psql('postgres', "$mm; SET glibc_malloc.mmap_max = 0; $sort");
 $r = row_for('SELECT * FROM t ORDER BY a OFFSET $1');
 cmp_ok($r->{max_exec}, '>', 4 * 2**20, "with mmap_max = 0, the sort's peak is as large ($r->{max_exec} bytes)");
 is($r->{mmapped_change}, 0, 'and its mmapped change 0: nothing was mmapped');
+# A function's SET clause lowers the threshold and puts it back: the
+# tuplestore it fills in its caller's memory is mmapped at 128 kB, in a
+# statement that starts and ends at 32 MB, above its executor's memory.
+$node->safe_psql('postgres', q{
+	CREATE FUNCTION mm_rows() RETURNS SETOF text LANGUAGE plpgsql
+	SET glibc_malloc.mmap_threshold = '128kB'
+	AS $$ BEGIN RETURN QUERY SELECT md5(g::text) FROM generate_series(1, 200000) g; END $$});
+$node->safe_psql('postgres', 'SELECT glibc_malloc_statements_reset()');
+$node->safe_psql('postgres', "SET glibc_malloc.mmap_threshold = '32MB'; SET work_mem = '64MB'; SELECT count(*) FROM mm_rows()");
+$r = row_for('SELECT count(*) FROM mm_rows()');
+cmp_ok($r->{max_exec}, '<', 32 * 2**20, "the caller's executor peak is under 32 MB ($r->{max_exec} bytes)");
+cmp_ok($r->{mmapped_change}, '>', 2**20,
+	"the function's mmapped tuplestore counts for it ($r->{mmapped_change} bytes)");
 
 # Utility statements (queryids from PostgreSQL 14).
 SKIP:
