@@ -760,9 +760,9 @@ gm_statements_executor_start(QueryDesc *queryDesc, int eflags, int nesting)
  * executor memory, the bytes in use in its memory contexts (what EXPLAIN
  * ANALYZE reports for sorts and hashes), and its heap change.  Every
  * executor's memory counts toward the running top-level statement's peak.
- * When that memory could hold mmapped chunks (it reached the mmap floor,
- * which did not move while it ran), glibc's mmapped bytes are kept in *end
- * for gm_statements_executor_ended.
+ * When that memory could hold mmapped chunks (it reached the mmap floor, or
+ * the floor moved while it ran), glibc's mmapped bytes are kept in *end for
+ * gm_statements_executor_ended.
  */
 void
 gm_statements_executor_end(QueryDesc *queryDesc, GmStmtEnd *end)
