@@ -88,3 +88,9 @@ ALTER EXTENSION glibc_malloc UPDATE TO '1.6';
 SELECT entries + no_queryid >= 1 AS counted FROM glibc_malloc_statements_info;
 SELECT has_function_privilege('public', 'glibc_malloc_statements_reset(oid,oid,bigint)', 'execute') AS public_may_reset,
        has_table_privilege('public', 'glibc_malloc_statements', 'select') AS public_may_read;
+
+-- 1.6 to 1.7.
+DROP EXTENSION glibc_malloc;
+CREATE EXTENSION glibc_malloc VERSION '1.6';
+ALTER EXTENSION glibc_malloc UPDATE TO '1.7';
+SELECT extversion FROM pg_extension WHERE extname = 'glibc_malloc';
