@@ -5,8 +5,18 @@ CREATE EXTENSION IF NOT EXISTS glibc_malloc;
 RESET client_min_messages;
 LOAD 'glibc_malloc';
 
+-- mxfast's range ends at glibc's MAX_FAST_SIZE, 80 * SIZE_SZ / 4 with
+-- SIZE_SZ = sizeof(size_t) (malloc/malloc.c): 160 on 64-bit, 80 on 32-bit.
+-- The word size comes from PostgreSQL, not from the module (type internal
+-- is a pointer); where the module agrees, the output names the formula, so
+-- it is the same on both word sizes and any other value shows as a number.
+SELECT typlen AS word FROM pg_type WHERE typname = 'internal' \gset
+SELECT 80 * :word / 4 AS max_fast \gset
+
 -- What pg_settings shows: names, units, contexts, ranges and defaults.
-SELECT name, setting, unit, context, vartype, min_val, max_val, boot_val
+SELECT name, setting, unit, context, vartype, min_val,
+       CASE WHEN name = 'glibc_malloc.mxfast' AND max_val = :'max_fast' THEN 'MAX_FAST_SIZE'
+            ELSE max_val END AS max_val, boot_val
 FROM pg_settings WHERE name LIKE 'glibc_malloc.%' ORDER BY name;
 SELECT enumvals FROM pg_settings WHERE name = 'glibc_malloc.preset';
 
@@ -57,10 +67,21 @@ SHOW glibc_malloc.mmap_max;
 SET glibc_malloc.mmap_max = -7;
 RESET glibc_malloc.mmap_max;
 
-SET glibc_malloc.mxfast = 160;
-SHOW glibc_malloc.mxfast;
-SET glibc_malloc.mxfast = 161;
-SHOW glibc_malloc.mxfast;
+-- mxfast takes MAX_FAST_SIZE and refuses one byte more, which glibc would
+-- refuse too; the error names the formula where its numbers are glibc's.
+SET glibc_malloc.mxfast = :max_fast;
+SELECT current_setting('glibc_malloc.mxfast') = :'max_fast' || 'B' AS at_max_fast;
+CREATE FUNCTION mxfast_past_max(max_fast int) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM set_config('glibc_malloc.mxfast', (max_fast + 1)::text, false);
+  RETURN 'accepted';
+EXCEPTION WHEN invalid_parameter_value THEN
+  RETURN regexp_replace(regexp_replace(SQLERRM, '^' || (max_fast + 1) || ' ', 'MAX_FAST_SIZE + 1 '),
+                        '\m' || max_fast || '\M', 'MAX_FAST_SIZE', 'g');
+END $$;
+SELECT mxfast_past_max(:max_fast) AS error;
+SELECT current_setting('glibc_malloc.mxfast') = :'max_fast' || 'B' AS still_at_max_fast;
+DROP FUNCTION mxfast_past_max(int);
 RESET glibc_malloc.mxfast;
 
 SET glibc_malloc.perturb = 170;

@@ -65,6 +65,18 @@ RESET glibc_malloc.preset;
 SELECT * FROM thresholds();
 SELECT * FROM glibc_malloc_settings() WHERE name = 'dynamic_thresholds';
 
--- Parameters no preset touches.
-SELECT name, value, unit, source, applied FROM glibc_malloc_settings()
+-- Parameters no preset touches.  Two of glibc's defaults depend on the word
+-- size (malloc/malloc.c): mxfast is DEFAULT_MXFAST, 64 * SIZE_SZ / 4 (128 on
+-- 64-bit, 64 on 32-bit), arena_test NARENAS_FROM_NCORES (1), 8 or 2 as
+-- sizeof (long) is 8 or 4.  The word size is PostgreSQL's (type internal is
+-- a pointer); where the module reports what the formula gives, the output
+-- names the formula, so it is the same on both word sizes.
+SELECT typlen AS word FROM pg_type WHERE typname = 'internal' \gset
+SELECT name,
+       CASE WHEN name = 'mxfast' AND value = 64 * :word / 4 THEN 'DEFAULT_MXFAST'
+            WHEN name = 'arena_test' AND value = CASE :word WHEN 4 THEN 2 ELSE 8 END
+              THEN 'NARENAS_FROM_NCORES (1)'
+            ELSE value::text END AS value,
+       unit, source, applied
+FROM glibc_malloc_settings()
 WHERE name IN ('mmap_max', 'mxfast', 'perturb', 'arena_max', 'arena_test') ORDER BY name;
