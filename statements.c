@@ -1003,18 +1003,27 @@ glibc_malloc_statements_info(PG_FUNCTION_ARGS)
 	TupleDesc	tupdesc;
 	Datum		values[4];
 	bool		nulls[4] = {0};
+	int64		nentries;
+	int64		dealloc;
+	int64		no_queryid;
+	TimestampTz stats_reset;
 
 	require_hash();
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
 	LWLockAcquire(stmt_shared->lock, LW_SHARED);
-	values[0] = Int64GetDatum(stmt_shared->nentries);
+	nentries = stmt_shared->nentries;
 	LWLockRelease(stmt_shared->lock);
+	/* Copied out first: the Datums palloc where int64 is by reference. */
 	SpinLockAcquire(&stmt_shared->mutex);
-	values[1] = Int64GetDatum(stmt_shared->dealloc);
-	values[2] = Int64GetDatum((int64) pg_atomic_read_u64(&stmt_shared->no_queryid));
-	values[3] = TimestampTzGetDatum(stmt_shared->stats_reset);
+	dealloc = stmt_shared->dealloc;
+	no_queryid = (int64) pg_atomic_read_u64(&stmt_shared->no_queryid);
+	stats_reset = stmt_shared->stats_reset;
 	SpinLockRelease(&stmt_shared->mutex);
+	values[0] = Int64GetDatum(nentries);
+	values[1] = Int64GetDatum(dealloc);
+	values[2] = Int64GetDatum(no_queryid);
+	values[3] = TimestampTzGetDatum(stats_reset);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }
 
