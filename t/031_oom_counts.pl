@@ -1,0 +1,93 @@
+# The "out of memory" errors under the module's limits, counted the same in
+# glibc_malloc_guard (per process) and glibc_malloc_statements (per
+# statement): a parallel worker's, which its leader raises again, is a
+# limit's error in both; an error the server log does not show
+# (log_min_messages above error) is counted all the same; so is one a
+# PL/pgSQL EXCEPTION block catches.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use GlibcMallocTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+
+my $node = new_node('oom_counts',
+	"shared_preload_libraries = 'pg_stat_statements,glibc_malloc'\nglibc_malloc.track_statements = top\n"
+	  . "max_worker_processes = 8\nmax_parallel_workers = 4\n");
+$node->safe_psql('postgres', 'CREATE EXTENSION pg_stat_statements');
+$node->safe_psql('postgres', 'CREATE TABLE big AS SELECT md5(i::text) AS m FROM generate_series(1, 300000) i; ANALYZE big');
+
+my $cap_errors = "SELECT max_backend_memory_errors FROM glibc_malloc_guard";
+
+# The statement's oom_errors and limit_oom_errors, by its text.
+sub counts_of
+{
+	my ($like) = @_;
+	return $node->safe_psql('postgres', qq{
+		SELECT coalesce(sum(s.oom_errors), 0) || '|' || coalesce(sum(s.limit_oom_errors), 0)
+		FROM glibc_malloc_statements s JOIN pg_stat_statements p USING (userid, dbid, queryid, toplevel)
+		WHERE p.query LIKE '$like'});
+}
+
+# Run $sql in session $s; its stderr.
+sub run_err
+{
+	my ($s, $sql) = @_;
+	$s->{stderr} = '';
+	$s->query($sql);
+	my $err = $s->{stderr};
+	$s->{stderr} = '';
+	return $err;
+}
+
+# 1. A parallel worker's sort past max_backend_memory: the leader raises
+# the worker's error again; the statement counts it as a limit's error,
+# as glibc_malloc_guard does.
+my $s = $node->background_psql('postgres', on_error_stop => 0);
+my $before = $node->safe_psql('postgres', $cap_errors);
+my $par = "SET max_parallel_workers_per_gather = 2; SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0;"
+  . " SET min_parallel_table_scan_size = 0; SET parallel_leader_participation = off; SET work_mem = '1GB';";
+like($s->query_safe("$par EXPLAIN (COSTS OFF) SELECT count(*) FROM (SELECT m FROM big ORDER BY m OFFSET 1) s"),
+	qr/Gather/, 'the sort is planned in parallel workers');
+like(run_err($s, "$par SET glibc_malloc.max_backend_memory = '4MB'; SELECT count(*) FROM (SELECT m FROM big ORDER BY m OFFSET 1) s"),
+	qr/ERROR:  out of memory.*CONTEXT:  parallel worker/s, "a parallel worker's sort fails past the cap");
+$s->query_safe('RESET ALL');
+my $after = $node->safe_psql('postgres', $cap_errors);
+cmp_ok($after - $before, '>=', 1, 'glibc_malloc_guard counts the worker\'s error under the cap');
+is(counts_of('%FROM big ORDER BY m OFFSET%'), '1|1',
+	'the statement counts one out of memory error, and it as one under the module\'s limits');
+
+# 2. log_min_messages above error: the server log does not show the error,
+# and emit_log_hook never sees it; it is counted all the same.
+$node->safe_psql('postgres', 'SELECT pg_stat_statements_reset(), glibc_malloc_statements_reset()');
+my $offset = -s $node->logfile;
+$before = $node->safe_psql('postgres', $cap_errors);
+like(run_err($s, "SET log_min_messages = panic; SET work_mem = '1GB'; SET glibc_malloc.max_backend_memory = '4MB';"
+	  . " SELECT count(*) FROM (SELECT md5(i::text) AS h FROM generate_series(1, 500000) i ORDER BY 1) hidden"),
+	qr/ERROR:  out of memory/, 'the sort fails past the cap');
+$s->query_safe('RESET ALL');
+unlike(slurp_file($node->logfile, $offset), qr/out of memory/, 'the server log does not show the error');
+is($node->safe_psql('postgres', $cap_errors) - $before, 1, 'glibc_malloc_guard counts it');
+is(counts_of('%) hidden'), '1|1', 'and so does the statement');
+
+# 3. An error a PL/pgSQL EXCEPTION block catches is counted too, once.
+$before = $node->safe_psql('postgres', $cap_errors);
+is($s->query_safe(q{SET work_mem = '1GB'; SET glibc_malloc.max_backend_memory = '4MB';
+	DO $$BEGIN
+	  PERFORM count(*) FROM (SELECT md5(i::text) FROM generate_series(1, 500000) i ORDER BY 1) s;
+	EXCEPTION WHEN out_of_memory THEN NULL;
+	END$$;
+	RESET ALL; SELECT 'goes on'}), 'goes on', 'a DO block catches the error past the cap');
+is($node->safe_psql('postgres', $cap_errors) - $before, 1, 'glibc_malloc_guard counts the caught error once');
+
+# 4. Other errors are not counted.
+$before = $node->safe_psql('postgres', $cap_errors);
+like(run_err($s, 'SELECT 1/0'), qr/division by zero/, 'another error');
+is($node->safe_psql('postgres', $cap_errors), $before, 'is not counted');
+is($s->query_safe('SELECT 1'), 1, 'the session goes on');
+$s->quit;
+
+unlike(slurp_file($node->logfile), qr/PANIC|terminated by signal|TRAP|stuck spinlock/, 'no crash');
+$node->stop;
+done_testing();
