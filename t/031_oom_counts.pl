@@ -19,6 +19,8 @@ $node->safe_psql('postgres', 'CREATE EXTENSION pg_stat_statements');
 $node->safe_psql('postgres', 'CREATE TABLE big AS SELECT md5(i::text) AS m FROM generate_series(1, 300000) i; ANALYZE big');
 
 my $cap_errors = "SELECT max_backend_memory_errors FROM glibc_malloc_guard";
+my $join = $node->safe_psql('postgres', 'SHOW server_version_num') >= 140000
+  ? 'USING (userid, dbid, queryid, toplevel)' : 'USING (userid, dbid, queryid)';
 
 # The statement's oom_errors and limit_oom_errors, by its text.
 sub counts_of
@@ -26,7 +28,7 @@ sub counts_of
 	my ($like) = @_;
 	return $node->safe_psql('postgres', qq{
 		SELECT coalesce(sum(s.oom_errors), 0) || '|' || coalesce(sum(s.limit_oom_errors), 0)
-		FROM glibc_malloc_statements s JOIN pg_stat_statements p USING (userid, dbid, queryid, toplevel)
+		FROM glibc_malloc_statements s JOIN pg_stat_statements p $join
 		WHERE p.query LIKE '$like'});
 }
 
