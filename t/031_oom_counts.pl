@@ -15,21 +15,19 @@ use Test::More;
 my $node = new_node('oom_counts',
 	"shared_preload_libraries = 'pg_stat_statements,glibc_malloc'\nglibc_malloc.track_statements = top\n"
 	  . "max_worker_processes = 8\nmax_parallel_workers = 4\n");
-$node->safe_psql('postgres', 'CREATE EXTENSION pg_stat_statements');
 $node->safe_psql('postgres', 'CREATE TABLE big AS SELECT md5(i::text) AS m FROM generate_series(1, 300000) i; ANALYZE big');
 
 my $cap_errors = "SELECT max_backend_memory_errors FROM glibc_malloc_guard";
-my $join = $node->safe_psql('postgres', 'SHOW server_version_num') >= 140000
-  ? 'USING (userid, dbid, queryid, toplevel)' : 'USING (userid, dbid, queryid)';
 
-# The statement's oom_errors and limit_oom_errors, by its text.
-sub counts_of
+# The statements that ran into "out of memory" errors since the last reset:
+# how many, their oom_errors and limit_oom_errors.  (A failed statement
+# may have no row in pg_stat_statements to join with; preloaded for the
+# queryids on PostgreSQL 13.)
+sub error_counts
 {
-	my ($like) = @_;
-	return $node->safe_psql('postgres', qq{
-		SELECT coalesce(sum(s.oom_errors), 0) || '|' || coalesce(sum(s.limit_oom_errors), 0)
-		FROM glibc_malloc_statements s JOIN pg_stat_statements p $join
-		WHERE p.query LIKE '$like'});
+	return $node->safe_psql('postgres', q{
+		SELECT count(*) || '|' || coalesce(sum(oom_errors), 0) || '|' || coalesce(sum(limit_oom_errors), 0)
+		FROM glibc_malloc_statements WHERE oom_errors > 0});
 }
 
 # Run $sql in session $s; its stderr.
@@ -47,6 +45,7 @@ sub run_err
 # the worker's error again; the statement counts it as a limit's error,
 # as glibc_malloc_guard does.
 my $s = $node->background_psql('postgres', on_error_stop => 0);
+$node->safe_psql('postgres', 'SELECT glibc_malloc_statements_reset()');
 my $before = $node->safe_psql('postgres', $cap_errors);
 my $par = "SET max_parallel_workers_per_gather = 2; SET parallel_setup_cost = 0; SET parallel_tuple_cost = 0;"
   . " SET min_parallel_table_scan_size = 0; SET parallel_leader_participation = off; SET work_mem = '1GB';";
@@ -57,12 +56,12 @@ like(run_err($s, "$par SET glibc_malloc.max_backend_memory = '4MB'; SELECT count
 $s->query_safe('RESET ALL');
 my $after = $node->safe_psql('postgres', $cap_errors);
 cmp_ok($after - $before, '>=', 1, 'glibc_malloc_guard counts the worker\'s error under the cap');
-is(counts_of('%FROM big ORDER BY m OFFSET%'), '1|1',
+is(error_counts(), '1|1|1',
 	'the statement counts one out of memory error, and it as one under the module\'s limits');
 
 # 2. log_min_messages above error: the server log does not show the error,
 # and emit_log_hook never sees it; it is counted all the same.
-$node->safe_psql('postgres', 'SELECT pg_stat_statements_reset(), glibc_malloc_statements_reset()');
+$node->safe_psql('postgres', 'SELECT glibc_malloc_statements_reset()');
 my $offset = -s $node->logfile;
 $before = $node->safe_psql('postgres', $cap_errors);
 like(run_err($s, "SET log_min_messages = panic; SET glibc_malloc.max_backend_memory = '4MB';"
@@ -71,7 +70,7 @@ like(run_err($s, "SET log_min_messages = panic; SET glibc_malloc.max_backend_mem
 $s->query_safe('RESET ALL');
 unlike(slurp_file($node->logfile, $offset), qr/out of memory/, 'the server log does not show the error');
 is($node->safe_psql('postgres', $cap_errors) - $before, 1, 'glibc_malloc_guard counts it');
-is(counts_of('%AS hidden'), '1|1', 'and so does the statement');
+is(error_counts(), '1|1|1', 'and so does the statement');
 
 # 3. An error a PL/pgSQL EXCEPTION block catches is counted too, once.
 $before = $node->safe_psql('postgres', $cap_errors);
