@@ -473,9 +473,10 @@ gm_planner(Query *parse, const char *query_string, int cursorOptions,
 	PG_END_TRY();
 	nesting--;
 	if (old != NULL)
+	{
 		MemoryContextSwitchTo(old);
-	if (old != NULL)
 		gm_statements_plan_end(planner_cxt, parse, nesting);
+	}
 	return result;
 }
 
