@@ -3,12 +3,13 @@
 # statement): a parallel worker's, which its leader raises again, is a
 # limit's error in both; an error the server log does not show
 # (log_min_messages above error) is counted all the same; so is one a
-# PL/pgSQL EXCEPTION block catches.
+# PL/pgSQL EXCEPTION block catches; and the memory guard's, in a cgroup.
 use strict;
 use warnings;
 use FindBin;
 use lib $FindBin::RealBin;
 use GlibcMallocTest;
+use IPC::Run;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
@@ -91,4 +92,47 @@ $s->quit;
 
 unlike(slurp_file($node->logfile), qr/PANIC|terminated by signal|TRAP|stuck spinlock/, 'no crash');
 $node->stop;
+
+# 5. The memory guard's errors, in a real cgroup v1 (as t/026), with the
+# sessions' errors kept out of the server log: glibc_malloc_guard counts
+# exactly the errors the clients got.
+SKIP:
+{
+	my $cg = $ENV{GM_TEST_CGROUP_V1};
+	skip 'needs a writable cgroup v1 memory directory in GM_TEST_CGROUP_V1', 3
+	  unless $cg && -w "$cg/cgroup.procs" && -w "$cg/memory.limit_in_bytes";
+	my $g = new_node('oom_counts_guard', "restart_after_crash = on\nshared_buffers = 16MB\n", no_start => 1);
+	$g->start;
+	enter_cgroup_v1($g, $cg, 400 * 2**20);
+	$g->safe_psql('postgres', 'CREATE EXTENSION glibc_malloc');
+	my $goffset = -s $g->logfile;
+	my ($errors, $other) = (0, 0);
+	# Bursts of 4 sorts of about 150 MB each, until the guard stops one.
+	for my $b (1 .. 5)
+	{
+		my @runs;
+		for my $i (1 .. 4)
+		{
+			my %r = (out => '', err => '');
+			$r{h} = IPC::Run::start(
+				[ 'psql', '-X', '-At', '-d', $g->connstr('postgres'),
+				  '-c', 'SET log_min_messages = panic', '-c', "SET work_mem = '1GB'",
+				  '-c', 'SELECT count(*) FROM (SELECT md5(i::text) FROM generate_series(1, 1000000) i ORDER BY 1) s' ],
+				'<', \undef, '>', \$r{out}, '2>', \$r{err}, IPC::Run::timeout(180));
+			push @runs, \%r;
+		}
+		for my $r (@runs)
+		{
+			eval { $r->{h}->finish; 1 } or $r->{err} .= "timed out\n";
+			if ($r->{err} =~ /ERROR:  out of memory/) { $errors++ }
+			elsif ($r->{err} ne '') { $other++; diag "other error: $r->{err}" }
+		}
+		last if $errors > 0;
+	}
+	cmp_ok($errors, '>=', 1, "the guard stops some sorts with ERROR: out of memory ($errors)");
+	is($g->safe_psql('postgres', 'SELECT guard_errors FROM glibc_malloc_guard') . "|$other", "$errors|0",
+		'glibc_malloc_guard counts exactly the errors the clients got, none of them in the server log');
+	unlike(slurp_file($g->logfile, $goffset), qr/out of memory|terminated by signal/, 'the server log has none of them, and no crash');
+	$g->stop('fast');
+}
 done_testing();
