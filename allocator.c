@@ -165,6 +165,13 @@ read_environment(void)
 		}
 		free(copy);
 	}
+
+	/*
+	 * glibc before 2.35 ignored an mmap threshold above its limit: not
+	 * set, the dynamic thresholds not frozen, nothing to restore.
+	 */
+	if (gm_env_value[GM_MMAP_THRESHOLD] > gm_mmap_threshold_limit())
+		gm_env_value[GM_MMAP_THRESHOLD] = -1;
 }
 
 /*
@@ -236,10 +243,7 @@ gm_glibc_version(void)
 #endif
 }
 
-/*
- * The largest M_MMAP_THRESHOLD glibc accepts: HEAP_MAX_SIZE / 2 (32 MiB on
- * 64-bit) before 2.35; from 2.35 any int.
- */
+/* The largest M_MMAP_THRESHOLD the running glibc accepts (see the compat header). */
 int64
 gm_mmap_threshold_limit(void)
 {
@@ -248,8 +252,9 @@ gm_mmap_threshold_limit(void)
 				minor = 0;
 
 	if (v && sscanf(v, "%d.%d", &major, &minor) == 2 &&
-		(major < 2 || (major == 2 && minor < 35)))
-		return (int64) 4 * 1024 * 1024 * sizeof(long);
+		(major < GM_GLIBC_MMAP_LIMIT_UNTIL_MAJOR ||
+		 (major == GM_GLIBC_MMAP_LIMIT_UNTIL_MAJOR && minor < GM_GLIBC_MMAP_LIMIT_UNTIL_MINOR)))
+		return GM_GLIBC_MMAP_LIMIT_BEFORE;
 	return PG_INT32_MAX;
 }
 

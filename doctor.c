@@ -27,11 +27,13 @@
 
 #include "access/parallel.h"
 #include "access/xact.h"
+#include "catalog/pg_authid.h"
 #include "executor/executor.h"
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "nodes/params.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/varlena.h"
 #include "utils/guc.h"
@@ -240,13 +242,14 @@ library_name(char *name)
  * Whether shared_preload_libraries lists pg_stat_statements after
  * glibc_malloc while both record utility statements (PostgreSQL 14+, where
  * they have queryids): pg_stat_statements' ProcessUtility hook then runs
- * first and zeroes their queryid before glibc_malloc's sees it.
+ * first and zeroes their queryid before glibc_malloc's sees it.  Only for
+ * roles that may read shared_preload_libraries (pg_read_all_settings).
  */
 static bool
 pgss_after_us(void)
 {
 #if PG_VERSION_NUM >= 140000
-	const char *spl = GetConfigOption("shared_preload_libraries", true, false);
+	const char *spl;
 	const char *track = GetConfigOption("glibc_malloc.track_statements", true, false);
 	const char *pgss_track = GetConfigOption("pg_stat_statements.track", true, false);
 	const char *pgss_utility = GetConfigOption("pg_stat_statements.track_utility", true, false);
@@ -256,6 +259,10 @@ pgss_after_us(void)
 	int			pgss = -1;
 	int			i = 0;
 
+	/* shared_preload_libraries is not every role's to read. */
+	if (!has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_SETTINGS))
+		return false;
+	spl = GetConfigOption("shared_preload_libraries", true, true);
 	if (spl == NULL || track == NULL || strcmp(track, "none") == 0 ||
 		pgss_track == NULL || strcmp(pgss_track, "none") == 0 ||
 		pgss_utility == NULL || strcmp(pgss_utility, "on") != 0 ||

@@ -35,8 +35,9 @@
  *	memory limits		glibc_malloc.max_backend_memory is applied at
  *						statement start (ExecutorStart, ProcessUtility)
  *						and transaction end; an "out of
- *						memory" under the module's limits gets a HINT
- *						(emit_log_hook)
+ *						memory" is counted where the hooks catch it (or
+ *						else where it is reported) and, under the
+ *						module's limits, gets a HINT (emit_log_hook)
  *	statements			(planner, executor and ProcessUtility hooks, which
  *						keep the nesting level as pg_stat_statements does)
  *						each statement's memory into glibc_malloc_statements
@@ -74,6 +75,13 @@ static ExecutorFinish_hook_type prev_ExecutorFinish = NULL;
 static planner_hook_type prev_planner = NULL;
 static emit_log_hook_type prev_emit_log_hook = NULL;
 static ProcessUtility_hook_type prev_ProcessUtility = NULL;
+
+/*
+ * The "out of memory" error being handled was counted: its catches at
+ * outer nesting levels and its report leave it alone.  Cleared when its
+ * (sub)transaction aborts, and at the next statement's start.
+ */
+static bool oom_counted = false;
 
 /*
  * The preset's after-transaction trim waits this long for the idle point:
@@ -326,10 +334,33 @@ statement_start(void)
 	gm_guard_statement_start();
 }
 
+/*
+ * Count the "out of memory" error being handled, once, where it is caught
+ * (the hooks' PG_CATCH) or else reported (emit_log_hook): whatever
+ * log_min_messages hides from the log.  Allocates nothing.
+ */
+static void
+count_oom(void)
+{
+	if (oom_counted)
+		return;
+	oom_counted = true;
+	gm_statements_note_oom(gm_guard_count_oom() == GM_OOM_LIMIT);
+}
+
+/* In a hook's PG_CATCH: count the error if it is an "out of memory". */
+static void
+caught_error(void)
+{
+	if (geterrcode() == ERRCODE_OUT_OF_MEMORY)
+		count_oom();
+}
+
 /* Let presets follow work_mem before the query runs, then chain. */
 static void
 gm_ExecutorStart(QueryDesc *queryDesc, int eflags)
 {
+	oom_counted = false;
 	statement_start();
 	gm_doctor_statement_start(queryDesc);
 	gm_statements_executor_start(queryDesc, eflags, nesting);
@@ -378,11 +409,14 @@ gm_ExecutorRun(GM_ER_ARGS)
 		else
 			standard_ExecutorRun(GM_ER_PASS);
 	}
-	PG_FINALLY();
+	PG_CATCH();
 	{
 		nesting--;
+		caught_error();
+		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	nesting--;
 }
 
 /* The same around ExecutorFinish (AFTER triggers). */
@@ -397,11 +431,14 @@ gm_ExecutorFinish(QueryDesc *queryDesc)
 		else
 			standard_ExecutorFinish(queryDesc);
 	}
-	PG_FINALLY();
+	PG_CATCH();
 	{
 		nesting--;
+		caught_error();
+		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	nesting--;
 }
 
 /*
@@ -424,16 +461,22 @@ gm_planner(Query *parse, const char *query_string, int cursorOptions,
 		else
 			result = standard_planner(parse, query_string, cursorOptions, boundParams);
 	}
-	PG_FINALLY();
+	PG_CATCH();
 	{
 		nesting--;
 		/* Never leave the planning's context current, not even on error. */
 		if (old != NULL)
 			MemoryContextSwitchTo(old);
+		caught_error();
+		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	nesting--;
 	if (old != NULL)
+	{
+		MemoryContextSwitchTo(old);
 		gm_statements_plan_end(planner_cxt, parse, nesting);
+	}
 	return result;
 }
 
@@ -450,6 +493,12 @@ gm_xact_callback(XactEvent event, void *arg)
 	bool		client_statement;
 	int64		mono;
 
+	/* The error is handled; a worker's never raised again is forgotten. */
+	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
+	{
+		oom_counted = false;
+		(void) gm_shmem_take_worker_limit_oom();
+	}
 	switch (event)
 	{
 		case XACT_EVENT_COMMIT:
@@ -512,7 +561,11 @@ gm_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 					SubTransactionId parentSubid, void *arg)
 {
 	if (event == SUBXACT_EVENT_ABORT_SUB)
+	{
+		oom_counted = false;
+		(void) gm_shmem_take_worker_limit_oom();
 		gm_statements_subxact_abort(mySubid);
+	}
 }
 
 /*
@@ -527,6 +580,7 @@ gm_ProcessUtility(GM_PU_ARGS)
 	GmUtilityMark mark;
 	bool		nests;
 
+	oom_counted = false;
 	gm_guard_apply();
 	nests = gm_statements_utility_start(pstmt, nesting, &mark);
 	if (nests)
@@ -538,26 +592,31 @@ gm_ProcessUtility(GM_PU_ARGS)
 		else
 			standard_ProcessUtility(GM_PU_PASS);
 	}
-	PG_FINALLY();
+	PG_CATCH();
 	{
 		if (nests)
 			nesting--;
+		caught_error();
+		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	if (nests)
+		nesting--;
 	gm_statements_utility_end(&mark);
 }
 
 /*
- * An "out of memory" under the module's limits gets a HINT; every one
- * counts for the statement that ran into it.  Then chain.
+ * An "out of memory" ERROR no hook caught is counted here; under the
+ * module's limits it gets a HINT.  Then chain.
  */
 static void
 gm_emit_log_hook(ErrorData *edata)
 {
-	GmOomKind	oom = gm_guard_error_hint(edata);
-
-	if (oom != GM_OOM_NONE)
-		gm_statements_note_oom(oom == GM_OOM_LIMIT);
+	if (edata->elevel >= ERROR && edata->sqlerrcode == ERRCODE_OUT_OF_MEMORY)
+	{
+		count_oom();
+		gm_guard_error_hint(edata);
+	}
 	if (prev_emit_log_hook)
 		prev_emit_log_hook(edata);
 }

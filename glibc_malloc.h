@@ -326,6 +326,8 @@ extern int64 gm_shmem_set_guard_limit(int slotno, int pid, int64 limit);
 extern int64 gm_shmem_slot_own_limit(int slotno);
 extern int64 gm_shmem_guard_engaged_at(void);
 extern void gm_shmem_count_oom(bool guard);
+extern void gm_shmem_tell_leader_limit_oom(void);
+extern bool gm_shmem_take_worker_limit_oom(void);
 extern void gm_shmem_oom_counts(int64 *cap, int64 *guard);
 
 /* 5. monitor.c */
@@ -336,14 +338,14 @@ extern void gm_monitor_register(void);
 extern void gm_guard_define_gucs(void);
 extern void gm_guard_apply(void);
 extern void gm_guard_statement_start(void);
-/* What gm_guard_error_hint found. */
+/* What gm_guard_count_oom found. */
 typedef enum GmOomKind
 {
-	GM_OOM_NONE,				/* not an "out of memory" ERROR */
-	GM_OOM_OTHER,				/* one, not under the module's limits */
+	GM_OOM_OTHER,				/* "out of memory", not under the module's limits */
 	GM_OOM_LIMIT				/* one under max_backend_memory or the guard */
 } GmOomKind;
-extern GmOomKind gm_guard_error_hint(ErrorData *edata);
+extern GmOomKind gm_guard_count_oom(void);
+extern void gm_guard_error_hint(ErrorData *edata);
 
 /* 5. statements.c */
 /* A statement's key, as pg_stat_statements has it; padding zeroed. */

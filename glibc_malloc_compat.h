@@ -44,6 +44,16 @@
 #define gm_sigev_thread_id _sigev_un._tid
 #endif
 
+/*
+ * The largest M_MMAP_THRESHOLD glibc before 2.35 accepts, HEAP_MAX_SIZE / 2
+ * (32 MiB on 64-bit): a larger one, from mallopt or the environment, is
+ * ignored (nor does it freeze the dynamic thresholds).  From 2.35 any int.
+ * Checked at run time against the running glibc (gm_mmap_threshold_limit).
+ */
+#define GM_GLIBC_MMAP_LIMIT_UNTIL_MAJOR 2
+#define GM_GLIBC_MMAP_LIMIT_UNTIL_MINOR 35
+#define GM_GLIBC_MMAP_LIMIT_BEFORE ((int64) 4 * 1024 * 1024 * sizeof(long))
+
 /* ---- PostgreSQL ---- */
 
 /* PG 15 renamed EmitWarningsOnPlaceholders and made it reserve the prefix. */

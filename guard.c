@@ -2,8 +2,8 @@
  *
  * guard.c
  *		glibc_malloc.max_backend_memory: a cap on one backend's private
- *		memory, through its soft RLIMIT_DATA; and the HINT an "out of
- *		memory" error gets when the module's limits are in force.
+ *		memory, through its soft RLIMIT_DATA; and the count and the HINT
+ *		of an "out of memory" error when the module's limits are in force.
  *
  * RLIMIT_DATA (Linux 4.7 and later) counts a process's private writable
  * mappings: the brk heap, private anonymous mmaps (glibc's large chunks and
@@ -134,57 +134,84 @@ gm_guard_statement_start(void)
 }
 
 /*
- * emit_log_hook's part: an "out of memory" error (PostgreSQL's own, from a
- * failed malloc) in a process under the module's limits gets a HINT naming
- * the limit and how to change it, and is counted.  Allocates only with
- * MCXT_ALLOC_NO_OOM in ErrorContext, which keeps a block for this.  Says
- * whether it was such an error, and whether under the module's limits.
+ * Whether the module's limits raised the "out of memory" being handled now
+ * in this process, and which: the guard's if it limits this process now,
+ * or limited it a moment ago (the monitor may have lifted or raised the
+ * limit since the allocation failed); else the cap's if it is the limit in
+ * force.
  */
-GmOomKind
-gm_guard_error_hint(ErrorData *edata)
+static bool
+limit_kind(bool *by_guard, int64 *soft)
 {
 	int64		guard;
-	int64		soft;
 	int64		hard;
+	int64		engaged_at;
+
+	if (!gm_guarded_process())
+		return false;
+	guard = gm_shmem_my_guard_limit();
+	if (!gm_data_limit(0, soft, &hard))
+		return false;
+	engaged_at = gm_shmem_guard_engaged_at();
+	if (guard < own_limit)
+		*by_guard = true;
+	else if (own_limit != GM_NO_LIMIT && *soft == own_limit)
+		*by_guard = false;
+	else if (engaged_at != 0 && gm_monotonic_usec() - engaged_at < GM_GUARD_RECENT_USEC)
+		*by_guard = true;
+	else
+		return false;			/* not one of ours */
+	return true;
+}
+
+/*
+ * An "out of memory" error (SQLSTATE 53200) where it is caught or first
+ * reported, once per error: say whether it is under the module's limits,
+ * and count it in glibc_malloc_guard if so.  A parallel worker's tells its
+ * leader, whose own raising of it again (without the worker's limits in
+ * force) is then a limit's error too, counted by the worker.  Allocates
+ * nothing.
+ */
+GmOomKind
+gm_guard_count_oom(void)
+{
+	bool		by_guard;
+	int64		soft;
+
+	if (gm_shmem_take_worker_limit_oom())
+		return GM_OOM_LIMIT;
+	if (!limit_kind(&by_guard, &soft))
+		return GM_OOM_OTHER;
+	gm_shmem_count_oom(by_guard);
+	if (IsParallelWorker())
+		gm_shmem_tell_leader_limit_oom();
+	return GM_OOM_LIMIT;
+}
+
+/*
+ * emit_log_hook's part: PostgreSQL's own "out of memory" (a failed
+ * malloc) in a process under the module's limits gets a HINT naming the
+ * limit and how to change it.  A parallel worker's, raised again in the
+ * leader, has no message_id and already has the worker's HINT.  Allocates
+ * only with MCXT_ALLOC_NO_OOM in ErrorContext, which keeps a block for
+ * this.
+ */
+void
+gm_guard_error_hint(ErrorData *edata)
+{
+	int64		soft;
 	int64		vm;
 	bool		by_guard;
-	int64		engaged_at;
 	char		lim[32];
 	char		used[32];
 	char		extra[32];
 	char		buf[512];
 	char	   *hint;
 
-	if (edata->elevel < ERROR || edata->sqlerrcode != ERRCODE_OUT_OF_MEMORY)
-		return GM_OOM_NONE;
-	/*
-	 * A parallel worker's error, raised again in the leader, has its text
-	 * but no message_id: one to count, not the leader's limit to explain.
-	 */
-	if (edata->message_id == NULL)
-		return edata->message && strcmp(edata->message, "out of memory") == 0 ?
-			GM_OOM_OTHER : GM_OOM_NONE;
-	if (strcmp(edata->message_id, "out of memory") != 0)
-		return GM_OOM_NONE;
-	if (edata->hint != NULL || !gm_guarded_process())
-		return GM_OOM_OTHER;
-	guard = gm_shmem_my_guard_limit();
-	if (!gm_data_limit(0, &soft, &hard))
-		return GM_OOM_OTHER;
-	/*
-	 * The guard's if it limits this process now, or limited it a moment
-	 * ago (the monitor may have lifted or raised the limit since the
-	 * allocation failed); else the cap's if it is the limit in force.
-	 */
-	engaged_at = gm_shmem_guard_engaged_at();
-	if (guard < own_limit)
-		by_guard = true;
-	else if (own_limit != GM_NO_LIMIT && soft == own_limit)
-		by_guard = false;
-	else if (engaged_at != 0 && gm_monotonic_usec() - engaged_at < GM_GUARD_RECENT_USEC)
-		by_guard = true;
-	else
-		return GM_OOM_OTHER;	/* not one of ours */
+	if (edata->elevel < ERROR || edata->sqlerrcode != ERRCODE_OUT_OF_MEMORY ||
+		edata->message_id == NULL || strcmp(edata->message_id, "out of memory") != 0 ||
+		edata->hint != NULL || !limit_kind(&by_guard, &soft))
+		return;
 	vm = gm_proc_status_bytes(0, "VmData:");
 	fmt_size(used, sizeof(used), Max(vm, 0));
 	if (by_guard)
@@ -205,8 +232,6 @@ gm_guard_error_hint(ErrorData *edata)
 		strcpy(hint, buf);
 		edata->hint = hint;
 	}
-	gm_shmem_count_oom(by_guard);
-	return GM_OOM_LIMIT;
 }
 
 /* Check hook for glibc_malloc.max_backend_memory: -1, or at least 1 MB. */

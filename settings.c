@@ -268,8 +268,7 @@ gm_mmap_floor(void)
 {
 	if (applied[GM_MMAP_THRESHOLD] >= 0)
 		return applied[GM_MMAP_THRESHOLD];
-	if (gm_env_value[GM_MMAP_THRESHOLD] >= 0 &&
-		gm_env_value[GM_MMAP_THRESHOLD] <= gm_mmap_threshold_limit())
+	if (gm_env_value[GM_MMAP_THRESHOLD] >= 0)
 		return gm_env_value[GM_MMAP_THRESHOLD];
 	return gm_params[GM_MMAP_THRESHOLD].glibc_default;
 }

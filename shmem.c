@@ -78,6 +78,13 @@ typedef struct GmSlot
 	pg_atomic_uint64 orig_limit;
 	pg_atomic_uint64 own_limit;
 	pg_atomic_uint64 guard_limit;
+
+	/*
+	 * "out of memory" errors its parallel workers raised under their
+	 * limits, not yet seen by this process (their leader) raising them
+	 * again: the workers add, the leader takes.
+	 */
+	pg_atomic_uint32 worker_limit_oom;
 } GmSlot;
 
 typedef struct GmShared
@@ -148,6 +155,7 @@ gm_shmem_startup(void)
 			pg_atomic_init_u64(&shared->slots[i].orig_limit, GM_NO_LIMIT);
 			pg_atomic_init_u64(&shared->slots[i].own_limit, GM_NO_LIMIT);
 			pg_atomic_init_u64(&shared->slots[i].guard_limit, GM_NO_LIMIT);
+			pg_atomic_init_u32(&shared->slots[i].worker_limit_oom, 0);
 		}
 		pg_atomic_init_u64(&shared->oom_errors[0], 0);
 		pg_atomic_init_u64(&shared->oom_errors[1], 0);
@@ -211,6 +219,7 @@ release_slot(int code, Datum arg)
 	pg_atomic_write_u32(&slot->requests, 0);
 	pg_atomic_write_u64(&slot->own_limit, GM_NO_LIMIT);
 	pg_atomic_write_u64(&slot->guard_limit, GM_NO_LIMIT);
+	pg_atomic_write_u32(&slot->worker_limit_oom, 0);
 	my_slot = NULL;
 }
 
@@ -247,6 +256,7 @@ claim_slot(void)
 		pg_atomic_write_u64(&slot->own_limit, GM_NO_LIMIT);
 		pg_atomic_write_u64(&slot->guard_limit, GM_NO_LIMIT);
 	}
+	pg_atomic_write_u32(&slot->worker_limit_oom, 0);
 	slot->changecount++;
 	pg_write_barrier();
 	memset(&slot->snap, 0, sizeof(slot->snap));
@@ -861,6 +871,41 @@ gm_shmem_count_oom(bool guard)
 {
 	if (shared != NULL)
 		pg_atomic_fetch_add_u64(&shared->oom_errors[guard ? 1 : 0], 1);
+}
+
+/*
+ * A parallel worker's "out of memory" under its limits: tell its leader,
+ * which raises the error again, that it is a limit's error.  The slot is
+ * the leader's PGPROC's, claimed or not.
+ */
+void
+gm_shmem_tell_leader_limit_oom(void)
+{
+	PGPROC	   *leader = MyProc ? MyProc->lockGroupLeader : NULL;
+	int			n;
+
+	if (shared == NULL || leader == NULL || leader == MyProc)
+		return;
+	n = GM_PROC_NUMBER(leader);
+	if (n >= 0 && n < shared->nslots)
+		pg_atomic_fetch_add_u32(&shared->slots[n].worker_limit_oom, 1);
+}
+
+/*
+ * Whether this process's parallel workers raised an "out of memory" under
+ * their limits since it last asked (and forget them).
+ */
+bool
+gm_shmem_take_worker_limit_oom(void)
+{
+	int			n = MyProc ? GM_MY_PROC_NUMBER() : -1;
+	GmSlot	   *slot;
+
+	if (shared == NULL || n < 0 || n >= shared->nslots)
+		return false;
+	slot = &shared->slots[n];
+	return pg_atomic_read_u32(&slot->worker_limit_oom) != 0 &&
+		pg_atomic_exchange_u32(&slot->worker_limit_oom, 0) != 0;
 }
 
 /* The out-of-memory errors counted: under max_backend_memory, under the guard. */

@@ -923,6 +923,25 @@ require_hash(void)
 				 errmsg("glibc_malloc must be loaded via shared_preload_libraries to record statements")));
 }
 
+/* The columns of glibc_malloc_statements() and glibc_malloc_statements_info(). */
+#define GM_STMT_COLS		21
+#define GM_STMT_INFO_COLS	4
+
+/*
+ * Error out unless the SQL definition has the columns the library fills
+ * (a library older or newer than the extension's SQL).
+ */
+static void
+check_columns(TupleDesc tupdesc, int ncols, const char *fn)
+{
+	if (tupdesc->natts != ncols)
+		ereport(ERROR,
+				(errcode(ERRCODE_DATATYPE_MISMATCH),
+				 errmsg("%s() returns %d columns, but its SQL definition declares %d",
+						fn, ncols, tupdesc->natts),
+				 errhint("Update the extension (ALTER EXTENSION glibc_malloc UPDATE) to match the installed library.")));
+}
+
 PG_FUNCTION_INFO_V1(glibc_malloc_statements);
 
 /*
@@ -937,13 +956,14 @@ glibc_malloc_statements(PG_FUNCTION_ARGS)
 	bool		all = has_privs_of_role(userid, ROLE_PG_READ_ALL_STATS);
 	require_hash();
 	gm_init_srf(fcinfo);
+	check_columns(rsinfo->setDesc, GM_STMT_COLS, "glibc_malloc_statements");
 
 	LWLockAcquire(stmt_shared->lock, LW_SHARED);
 	for (int e = 0; e < stmt_shared->nentries; e++)
 	{
 		GmStmtEntry *entry = &stmt_entries[e];
-		Datum		values[21];
-		bool		nulls[21] = {0};
+		Datum		values[GM_STMT_COLS];
+		bool		nulls[GM_STMT_COLS] = {0};
 		GmStmtCounters c;
 		int			j = 0;
 		const GmStmtPeak *peaks[2];
@@ -1001,20 +1021,30 @@ Datum
 glibc_malloc_statements_info(PG_FUNCTION_ARGS)
 {
 	TupleDesc	tupdesc;
-	Datum		values[4];
-	bool		nulls[4] = {0};
+	Datum		values[GM_STMT_INFO_COLS];
+	bool		nulls[GM_STMT_INFO_COLS] = {0};
+	int64		nentries;
+	int64		dealloc;
+	int64		no_queryid;
+	TimestampTz stats_reset;
 
 	require_hash();
 	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
+	check_columns(tupdesc, GM_STMT_INFO_COLS, "glibc_malloc_statements_info");
 	LWLockAcquire(stmt_shared->lock, LW_SHARED);
-	values[0] = Int64GetDatum(stmt_shared->nentries);
+	nentries = stmt_shared->nentries;
 	LWLockRelease(stmt_shared->lock);
+	/* Copied out first: the Datums palloc where int64 is by reference. */
 	SpinLockAcquire(&stmt_shared->mutex);
-	values[1] = Int64GetDatum(stmt_shared->dealloc);
-	values[2] = Int64GetDatum((int64) pg_atomic_read_u64(&stmt_shared->no_queryid));
-	values[3] = TimestampTzGetDatum(stmt_shared->stats_reset);
+	dealloc = stmt_shared->dealloc;
+	no_queryid = (int64) pg_atomic_read_u64(&stmt_shared->no_queryid);
+	stats_reset = stmt_shared->stats_reset;
 	SpinLockRelease(&stmt_shared->mutex);
+	values[0] = Int64GetDatum(nentries);
+	values[1] = Int64GetDatum(dealloc);
+	values[2] = Int64GetDatum(no_queryid);
+	values[3] = TimestampTzGetDatum(stats_reset);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }
 

@@ -38,3 +38,12 @@ SELECT context_bytes > 0 AS contexts, cache_bytes > 0 AS caches,
 FROM glibc_malloc_backends WHERE pid = pg_backend_pid();
 -- A fresh session is not worth a word from the doctor.
 SELECT count(*) AS about_me FROM glibc_malloc_doctor() WHERE pid = pg_backend_pid();
+
+-- A library and an SQL definition that disagree on the columns: a clear
+-- error, not a read past the row's values.
+CREATE FUNCTION pg_temp.short_statements(OUT userid oid, OUT dbid oid)
+RETURNS SETOF record AS '$libdir/glibc_malloc', 'glibc_malloc_statements' LANGUAGE C;
+SELECT * FROM pg_temp.short_statements();
+CREATE FUNCTION pg_temp.short_statements_info(OUT entries bigint, OUT dealloc bigint, OUT no_queryid bigint)
+RETURNS record AS '$libdir/glibc_malloc', 'glibc_malloc_statements_info' LANGUAGE C;
+SELECT * FROM pg_temp.short_statements_info();

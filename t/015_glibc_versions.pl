@@ -60,6 +60,35 @@ like($err, qr/outside the valid range for parameter "glibc_malloc.mxfast"/, 'mxf
 $s->quit;
 $node->stop;
 
+# The same limit on the environment: before 2.35 glibc ignores a larger
+# MALLOC_MMAP_THRESHOLD_ (its dynamic thresholds go on), and the report
+# says what glibc has, not what the environment asked for.
+my $env_mmap = $limit + 2**20;
+my $envnode = new_node('versions_env', '', no_start => 1);
+{
+	local $ENV{MALLOC_MMAP_THRESHOLD_} = $env_mmap;
+	$envnode->start;
+}
+$envnode->safe_psql('postgres', 'CREATE EXTENSION glibc_malloc');
+my $e = $envnode->background_psql('postgres');
+my $epid = $e->query_safe('SELECT pg_backend_pid()');
+my $eset = settings_of($e);
+my $glibc_mmap = glibc_params($epid)->{mmap_threshold};
+if ($at_least->(2, 35))
+{
+	is($eset->{mmap_threshold}, "$env_mmap|environment|true", "glibc $version takes an environment mmap threshold above ${\($limit / 2**20)} MB, and the report says so");
+	is($glibc_mmap, $env_mmap, 'glibc has it');
+	like($eset->{dynamic_thresholds}, qr/^0\|environment/, 'and it freezes the dynamic thresholds');
+}
+else
+{
+	is($eset->{mmap_threshold}, "131072|glibc default|true", "glibc $version ignores an environment mmap threshold above ${\($limit / 2**20)} MB, and so does the report");
+	is($glibc_mmap, 131072, 'glibc keeps its default');
+	like($eset->{dynamic_thresholds}, qr/^1\|/, 'and its dynamic thresholds');
+}
+$e->quit;
+$envnode->stop;
+
 # Shared memory for every backend: before PostgreSQL 15 the request is made
 # while MaxBackends is still 0, so it must be computed from the settings.
 my $many = new_node('many', "max_connections = 2000\n", no_start => 1);

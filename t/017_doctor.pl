@@ -134,4 +134,24 @@ like(slurp_file($node->logfile, $offset), qr/Parameters: \$1 = 'abc\.\.\.'/, 'pa
 
 $_->quit for $c, $g, $s, $admin;
 check_clean_server($node, 0, 100000);
+$node->stop;
+
+# The preload order is advice about shared_preload_libraries, which only
+# roles of pg_read_all_settings may read: others do not learn it.
+my $order = new_node('doctor_order', "shared_preload_libraries = 'glibc_malloc,pg_stat_statements'\nglibc_malloc.track_statements = top\n");
+$order->safe_psql('postgres', 'CREATE ROLE plain LOGIN; CREATE ROLE settings_reader LOGIN IN ROLE pg_read_all_settings');
+my $advice = "SELECT count(*) FROM glibc_malloc_doctor() WHERE kind = 'preload_order'";
+SKIP:
+{
+	skip 'no preload_order advice before PostgreSQL 14', 4
+	  if $order->safe_psql('postgres', 'SHOW server_version_num') < 140000;
+	is($order->safe_psql('postgres', $advice), 1, 'a superuser is told the preload order');
+	is($order->safe_psql('postgres', $advice, extra_params => [ '-U', 'settings_reader' ]), 1,
+		'so is a member of pg_read_all_settings');
+	my ($ret, $out, $err) = $order->psql('postgres', 'SHOW shared_preload_libraries', extra_params => [ '-U', 'plain' ]);
+	like($err, qr/pg_read_all_settings to examine/, 'a plain role may not read shared_preload_libraries');
+	is($order->safe_psql('postgres', $advice, extra_params => [ '-U', 'plain' ]), 0,
+		'and the doctor does not tell it what the setting lists');
+}
+$order->stop;
 done_testing();

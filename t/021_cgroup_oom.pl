@@ -81,7 +81,7 @@ sub fleet
 start_in_cgroup('off');
 my $offset = -s $node->logfile;
 my ($done, $error) = fleet();
-my $log = slurp_file($node->logfile, $offset);
+my $log = wait_for_log_text($node, $offset, qr/terminated by signal 9: Killed/, 30);
 note sprintf('without the monitor: %d of %d connections sorted before: %s; peak usage %.0f MB of %.0f MB',
 	$done, $connections, $error =~ s/\n.*//sr, read_file("$cg/memory.max_usage_in_bytes") / $MB, $limit / $MB);
 ok($done < $connections, "without the monitor the fleet does not complete ($done of $connections)");

@@ -63,7 +63,7 @@ sleep 1;
 my $kills = oom_kills();
 my $offset = -s $node->logfile;
 burst();
-my $log = slurp_file($node->logfile, $offset);
+my $log = wait_for_log_text($node, $offset, qr/all server processes terminated; reinitializing/, 60);
 cmp_ok(oom_kills(), '>', $kills, 'without the guard the kernel OOM-kills in the cgroup');
 like($log, qr/terminated by signal 9: Killed.*all server processes terminated; reinitializing/s,
 	'and the server restarts, losing every session');

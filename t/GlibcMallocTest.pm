@@ -17,7 +17,7 @@ use Time::HiRes qw(usleep);
 
 our @EXPORT = qw(new_node workload seed_sort_table seed_sort glibc_params glibc_var rss_anon
   count_syscalls settings_of parallel_option wait_for check_clean_server test_module
-  write_file test_cgroup_v1 enter_cgroup_v1);
+  write_file test_cgroup_v1 enter_cgroup_v1 wait_for_log_text);
 
 # A workload's SQL from bench/NAME.sql (shared with the benchmark and the
 # demo), without its final semicolon.
@@ -206,6 +206,17 @@ sub wait_for
 		return $r if $r || time > $deadline;
 		usleep(50_000);
 	}
+}
+
+# The server log from $offset once it matches $re, or as it is after
+# $seconds: for what the postmaster logs some time after a process died
+# (a session sees its connection close before the postmaster reaps it).
+sub wait_for_log_text
+{
+	my ($node, $offset, $re, $seconds) = @_;
+	my $log;
+	wait_for(sub { ($log = PostgreSQL::Test::Utils::slurp_file($node->logfile, $offset)) =~ $re }, $seconds // 30);
+	return $log;
 }
 
 1;
