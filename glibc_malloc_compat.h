@@ -45,14 +45,16 @@
 #endif
 
 /*
- * The largest M_MMAP_THRESHOLD glibc before 2.35 accepts, HEAP_MAX_SIZE / 2
- * (32 MiB on 64-bit): a larger one, from mallopt or the environment, is
+ * The largest M_MMAP_THRESHOLD glibc before 2.35 accepts, HEAP_MAX_SIZE / 2,
+ * which is DEFAULT_MMAP_THRESHOLD_MAX (32 MiB on 64-bit, 512 kB on 32-bit,
+ * glibc's malloc/malloc.c): a larger one, from mallopt or the environment, is
  * ignored (nor does it freeze the dynamic thresholds).  From 2.35 any int.
  * Checked at run time against the running glibc (gm_mmap_threshold_limit).
  */
 #define GM_GLIBC_MMAP_LIMIT_UNTIL_MAJOR 2
 #define GM_GLIBC_MMAP_LIMIT_UNTIL_MINOR 35
-#define GM_GLIBC_MMAP_LIMIT_BEFORE ((int64) 4 * 1024 * 1024 * sizeof(long))
+#define GM_GLIBC_MMAP_LIMIT_BEFORE \
+	(sizeof(long) == 4 ? (int64) 512 * 1024 : (int64) 4 * 1024 * 1024 * sizeof(long))
 
 /* ---- PostgreSQL ---- */
 
