@@ -370,11 +370,22 @@ gm_ExecutorStart(QueryDesc *queryDesc, int eflags)
 		standard_ExecutorStart(queryDesc, eflags);
 }
 
+/* Chain ExecutorEnd: the executor's shutdown. */
+static void
+chain_ExecutorEnd(QueryDesc *queryDesc)
+{
+	if (prev_ExecutorEnd)
+		prev_ExecutorEnd(queryDesc);
+	else
+		standard_ExecutorEnd(queryDesc);
+}
+
 /*
  * Measure the executor's memory before the nodes are shut down (for the
  * view, the statement log, and whether the free heap was reused), then
- * chain, then what the shutdown gave back.  A clock read only after a
- * statement that reused it.
+ * chain, then store the recorded statement with what the shutdown gave
+ * back (also when the shutdown fails, without it).  A clock read only
+ * after a statement that reused it.
  */
 static void
 gm_ExecutorEnd(QueryDesc *queryDesc)
@@ -390,11 +401,22 @@ gm_ExecutorEnd(QueryDesc *queryDesc)
 		reuse_end_at = gm_monotonic_usec();
 		released_since_reuse = false;
 	}
-	if (prev_ExecutorEnd)
-		prev_ExecutorEnd(queryDesc);
-	else
-		standard_ExecutorEnd(queryDesc);
-	gm_statements_executor_ended(&end);
+	if (!end.pending)
+	{
+		chain_ExecutorEnd(queryDesc);
+		return;
+	}
+	PG_TRY();
+	{
+		chain_ExecutorEnd(queryDesc);
+	}
+	PG_CATCH();
+	{
+		gm_statements_executor_ended(&end, true);
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
+	gm_statements_executor_ended(&end, false);
 }
 
 /* Count the nesting level around the executor's run, then chain. */

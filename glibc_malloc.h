@@ -368,13 +368,17 @@ typedef struct GmUtilityMark
 } GmUtilityMark;
 
 /*
- * An executor's end whose memory could hold mmapped chunks: its call is
- * stored, and what the shutdown gives back is added after it.
+ * A recorded executor's end, measured before its shutdown and stored after
+ * it, with the heap change and the mmapped bytes the shutdown gave back.
  */
 typedef struct GmStmtEnd
 {
-	bool		pending;		/* mmapped bytes to add after the shutdown */
+	bool		pending;		/* a call to store after the shutdown */
+	bool		mmapped;		/* mmapped_bytes was read */
 	GmStmtKey	key;
+	int64		plan_bytes;
+	int64		exec_bytes;
+	int64		heap_end;		/* the program break at its start */
 	int64		mmapped_bytes;	/* glibc's before the shutdown */
 } GmStmtEnd;
 extern void gm_statements_define_gucs(void);
@@ -385,7 +389,7 @@ extern MemoryContext gm_statements_plan_start(Query *parse, int nesting, MemoryC
 extern void gm_statements_plan_end(MemoryContext planner_cxt, Query *parse, int nesting);
 extern void gm_statements_executor_start(QueryDesc *queryDesc, int eflags, int nesting);
 extern void gm_statements_executor_end(QueryDesc *queryDesc, GmStmtEnd *end);
-extern void gm_statements_executor_ended(GmStmtEnd *end);
+extern void gm_statements_executor_ended(GmStmtEnd *end, bool failed);
 extern bool gm_statements_utility_start(PlannedStmt *pstmt, int nesting, GmUtilityMark *mark);
 extern void gm_statements_utility_end(GmUtilityMark *mark);
 extern void gm_statements_note_oom(bool limit);

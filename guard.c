@@ -18,10 +18,13 @@
  * postmaster, the libraries' data), so that it means memory the backend
  * adds.  The limit is applied in normal context: at the first transaction
  * end (after the login, which runs without it), at a statement start, and
- * at each transaction end after the setting changed (SET, reload, GUC
- * rollback).  Only the soft limit changes; the hard limit stays, so the
- * limit can always be raised again, and RESET restores the soft limit the
- * process started with.
+ * at each transaction end after the setting changed (SET, reload).  The
+ * GUC's rollback at a transaction's end (SET LOCAL, a rolled back SET)
+ * comes after the transaction callbacks: a cap it raises or lifts is
+ * applied at once, from the assign hook; one it lowers at the next
+ * statement start.  Only the soft limit changes; the hard limit stays, so
+ * the limit can always be raised again, and RESET restores the soft limit
+ * the process started with.
  *
  * The memory monitor (monitor.c, glibc_malloc.memory_guard) sets a second
  * limit from outside, with prlimit(2); the lower of the two, and of the
@@ -246,15 +249,29 @@ check_max_backend_memory(int *newval, void **extra, GucSource source)
 	return true;
 }
 
-/* Assign hook: note the new cap; gm_guard_apply applies it. */
+/*
+ * Assign hook: note the new cap; gm_guard_apply applies it.  A cap that
+ * raises or lifts the one in force is applied at once: the GUC's rollback
+ * at a transaction's end runs this after the transaction callbacks (inside
+ * the commit, where an allocation that fails is a PANIC), and the session
+ * may then stay idle.  Raising a limit can fail no allocation, and
+ * gm_guard_apply then allocates nothing and raises no error (the base and
+ * the original limit are known, the process has its slot: prlimit and
+ * atomics only).  A lower cap waits for the next statement start or
+ * transaction end.
+ */
 static void
 assign_max_backend_memory(int newval, void *extra)
 {
 	int64		cap = newval < 0 ? -1 : (int64) newval * 1024;
 
-	if (cap != cur_cap)
-		limit_dirty = true;
+	if (cap == cur_cap)
+		return;
+	limit_dirty = true;
 	cur_cap = cap;
+	if (own_limit != GM_NO_LIMIT && base_vmdata >= 0 && orig_soft >= 0 &&
+		(cap < 0 || base_vmdata + cap >= own_limit))
+		gm_guard_apply();
 }
 
 /* Define glibc_malloc.max_backend_memory; from _PG_init, preloaded or not. */

@@ -14,12 +14,15 @@
  * planner used, in a memory context of its own made for the planning (as
  * EXPLAIN (MEMORY) does); the plan stays in it, a child of the caller's
  * context, and is freed with it.  The heap change is the program break's
- * across the statement (sbrk(0): glibc's main arena, which is all of a
- * backend's heap unless a module's threads allocate; no mallinfo, which
- * walks every free chunk).  The mmapped change of an executor is what its
- * shutdown gave back to the kernel (mallinfo before and after), read only
- * when its memory reached the smallest request glibc may mmap (so never for
- * small statements); a utility statement's is mallinfo's across it.
+ * across the statement, read after the executor's shutdown has freed its
+ * memory (sbrk(0): glibc's main arena, which is all of a backend's heap
+ * unless a module's threads allocate; no mallinfo, which walks every free
+ * chunk).  The mmapped change of an executor is what its shutdown gave back
+ * to the kernel (mallinfo before and after), read only when its memory
+ * reached the smallest request glibc may mmap (so never for small
+ * statements); a utility statement's is mallinfo's across it.  An
+ * executor's call is stored once, after its shutdown (if the shutdown
+ * fails, without the two changes).
  *
  * Statements without a queryid are not counted (PostgreSQL 13 has queryids
  * only with pg_stat_statements loaded; from 14, compute_query_id = off turns
@@ -30,9 +33,12 @@
  * the executors run inside them (CREATE TABLE AS, COPY (query), EXPLAIN
  * ANALYZE), NULL without one.
  *
- * Eviction follows pg_stat_statements: every call adds to an entry's usage;
- * when the hash is full, every usage decays and the least used 10 % go
- * (found by selection, not by sorting all).
+ * Eviction follows pg_stat_statements: an entry made by a call starts at
+ * the usage of one call and every call adds one; an entry that has only
+ * "out of memory" errors, no call yet (pg_stat_statements' sticky entry),
+ * starts at the table's median usage.  When the table is full, every
+ * usage decays (a sticky entry's fast), the median is noted and the least
+ * used 5 % (at least 10) go, found by selection, not by sorting all.
  *
  * Calls allocator.c and settings.c.
  *
@@ -83,11 +89,14 @@ static const struct config_enum_entry track_options[] = {
 static int	track = GM_TRACK_NONE;
 static int	statements_max = 5000;
 
-/* Eviction, as pg_stat_statements does it. */
-#define USAGE_CALL			1.0
-#define USAGE_DECREASE		0.99
-#define USAGE_DEALLOC_PCT	10
-#define USAGE_MEDIAN_INIT	10.0
+/* Eviction, with pg_stat_statements' constants. */
+#define USAGE_EXEC			1.0		/* added by each call */
+#define USAGE_INIT			1.0		/* an entry's first call starts here */
+#define USAGE_MEDIAN_INIT	10.0	/* the median before any eviction */
+#define USAGE_DECREASE		0.99	/* at each eviction */
+#define STICKY_DECREASE		0.50	/* at each eviction, for a sticky entry */
+#define USAGE_DEALLOC_PCT	5		/* evicted at once, at least 10 entries */
+#define IS_STICKY(c)		((c).calls == 0)
 
 /* Count, min, max, mean and the sum of squared deviations (Welford). */
 typedef struct GmStmtPeak
@@ -475,16 +484,18 @@ select_least_used(GmStmtEntry **entries, int lo, int hi, int k)
 }
 
 /*
- * Make room: decay every entry's usage and remove the least used tenth (at
- * least 10); new entries start at the median usage of those kept.  Under
- * the exclusive lock.  False if it could not (no memory for the list: the
- * statement being stored is then not recorded, and does not fail).
+ * Make room: decay every entry's usage (a sticky one's fast), note the
+ * median usage of all (as pg_stat_statements, before the least used go)
+ * and remove the least used 5 % (at least 10).  Under the exclusive lock.
+ * False if it could not (no memory for the list: the statement being
+ * stored is then not recorded, and does not fail).
  */
 static bool
 entry_dealloc(void)
 {
 	GmStmtEntry **entries;
 	int			n = stmt_shared->nentries;
+	int			mid = n / 2;
 	int			drop;
 
 	entries = palloc_extended(Max(n, 1) * sizeof(GmStmtEntry *),
@@ -494,17 +505,21 @@ entry_dealloc(void)
 	for (int i = 0; i < n; i++)
 	{
 		entries[i] = &stmt_entries[i];
-		entries[i]->c.usage *= USAGE_DECREASE;
+		entries[i]->c.usage *= IS_STICKY(entries[i]->c) ? STICKY_DECREASE : USAGE_DECREASE;
 	}
 	drop = Min(Max(10, n * USAGE_DEALLOC_PCT / 100), n);
-	if (drop > 0 && drop < n)
+	if (n > 0)
 	{
-		select_least_used(entries, 0, n - 1, drop - 1);
-		select_least_used(entries, drop, n - 1, drop + (n - drop) / 2);
+		/* The median at mid, the less used before it; then the least used. */
+		select_least_used(entries, 0, n - 1, mid);
+		if (drop - 1 < mid)
+			select_least_used(entries, 0, mid - 1, drop - 1);
+		else if (drop - 1 > mid)
+			select_least_used(entries, mid + 1, n - 1, drop - 1);
 	}
 	SpinLockAcquire(&stmt_shared->mutex);
-	if (drop < n)
-		stmt_shared->median_usage = entries[drop + (n - drop) / 2]->c.usage;
+	if (n > 0)
+		stmt_shared->median_usage = entries[mid]->c.usage;
 	stmt_shared->dealloc++;
 	SpinLockRelease(&stmt_shared->mutex);
 	for (int i = 0; i < drop; i++)
@@ -515,11 +530,12 @@ entry_dealloc(void)
 }
 
 /*
- * The entry of key, made (evicting) if new; NULL if there is no room.  Under
- * the exclusive lock.
+ * The entry of key, made (evicting) if new; NULL if there is no room.  A
+ * new entry starts at the usage of one call, or at the median if sticky
+ * (made for errors only: no call to store).  Under the exclusive lock.
  */
 static GmStmtEntry *
-entry_alloc(const GmStmtKey *key, uint32 h)
+entry_alloc(const GmStmtKey *key, uint32 h, bool sticky)
 {
 	GmStmtEntry *entry;
 
@@ -530,9 +546,13 @@ entry_alloc(const GmStmtKey *key, uint32 h)
 	memset(entry, 0, sizeof(*entry));
 	entry->key = *key;
 	entry->hash = h;
-	SpinLockAcquire(&stmt_shared->mutex);
-	entry->c.usage = stmt_shared->median_usage;
-	SpinLockRelease(&stmt_shared->mutex);
+	entry->c.usage = USAGE_INIT;
+	if (sticky)
+	{
+		SpinLockAcquire(&stmt_shared->mutex);
+		entry->c.usage = stmt_shared->median_usage;
+		SpinLockRelease(&stmt_shared->mutex);
+	}
 	SpinLockInit(&entry->mutex);
 	index_add(stmt_shared->nentries++);
 	return entry;
@@ -583,7 +603,7 @@ store(const GmStmtKey *key, int64 calls, int64 plan_bytes, int64 exec_bytes,
 		/* Another backend may have added it meanwhile. */
 		entry = entry_find(key, h);
 		if (entry == NULL)
-			entry = entry_alloc(key, h);
+			entry = entry_alloc(key, h, calls == 0);
 		if (entry == NULL)
 		{
 			LWLockRelease(stmt_shared->lock);
@@ -591,11 +611,14 @@ store(const GmStmtKey *key, int64 calls, int64 plan_bytes, int64 exec_bytes,
 		}
 	}
 	SpinLockAcquire(&entry->mutex);
-	entry->c.usage += USAGE_CALL;
 	entry->c.oom_errors += oom;
 	entry->c.limit_oom_errors += limit_oom;
 	if (calls > 0)
 	{
+		/* A sticky entry's first call: it starts over, as a new one. */
+		if (IS_STICKY(entry->c))
+			entry->c.usage = USAGE_INIT;
+		entry->c.usage += calls * USAGE_EXEC;
 		entry->c.calls += calls;
 		peak_add(&entry->c.plan, plan_bytes);
 		peak_add(&entry->c.exec, exec_bytes);
@@ -608,28 +631,6 @@ store(const GmStmtKey *key, int64 calls, int64 plan_bytes, int64 exec_bytes,
 		}
 	}
 	SpinLockRelease(&entry->mutex);
-	LWLockRelease(stmt_shared->lock);
-}
-
-/*
- * Add the mmapped bytes a stored call's executor gave back at its shutdown
- * to key's entry, if it is still there (no call, no usage).
- */
-static void
-store_mmapped(const GmStmtKey *key, int64 bytes)
-{
-	GmStmtEntry *entry;
-
-	if (LWLockHeldByMe(stmt_shared->lock))
-		return;
-	LWLockAcquire(stmt_shared->lock, LW_SHARED);
-	entry = entry_find(key, key_hash(key));
-	if (entry != NULL)
-	{
-		SpinLockAcquire(&entry->mutex);
-		entry->c.mmapped_change += bytes;
-		SpinLockRelease(&entry->mutex);
-	}
 	LWLockRelease(stmt_shared->lock);
 }
 
@@ -756,13 +757,13 @@ gm_statements_executor_start(QueryDesc *queryDesc, int eflags, int nesting)
 }
 
 /*
- * ExecutorEnd, before the nodes are shut down: store the statement with its
- * executor memory, the bytes in use in its memory contexts (what EXPLAIN
- * ANALYZE reports for sorts and hashes), and its heap change.  Every
- * executor's memory counts toward the running top-level statement's peak.
- * When that memory could hold mmapped chunks (it reached the mmap floor, or
- * the floor moved while it ran), glibc's mmapped bytes are kept in *end for
- * gm_statements_executor_ended.
+ * ExecutorEnd, before the nodes are shut down: the statement's executor
+ * memory, the bytes in use in its memory contexts (what EXPLAIN ANALYZE
+ * reports for sorts and hashes), kept in *end with its key and start for
+ * gm_statements_executor_ended.  Every executor's memory counts toward the
+ * running top-level statement's peak.  When that memory could hold mmapped
+ * chunks (it reached the mmap floor, or the floor moved while it ran),
+ * glibc's mmapped bytes are read too.
  */
 void
 gm_statements_executor_end(QueryDesc *queryDesc, GmStmtEnd *end)
@@ -771,7 +772,6 @@ gm_statements_executor_end(QueryDesc *queryDesc, GmStmtEnd *end)
 	GmMallinfo	mi;
 	int64		bytes;
 	int64		peak;
-	int64		heap_change;
 
 	end->pending = false;
 	if (!gm_statements_tracking() || queryDesc->estate == NULL ||
@@ -786,36 +786,51 @@ gm_statements_executor_end(QueryDesc *queryDesc, GmStmtEnd *end)
 	if (run == NULL)
 		return;
 	run->query = NULL;
-	heap_change = gm_heap_end() - run->heap_end;
 	if (run->key.toplevel)
 		cur_key_valid = false;
-	store(&run->key, 1, run->plan_bytes, peak, heap_change, 0, 0, 0);
+	end->pending = true;
+	end->key = run->key;
+	end->plan_bytes = run->plan_bytes;
+	end->exec_bytes = peak;
+	end->heap_end = run->heap_end;
+	end->mmapped = false;
 	/* Unless a block of its memory could have been large enough for mmap. */
 	if (run->mmap_changes == gm_mmap_threshold_changes() &&
 		(int64) MemoryContextMemAllocated(queryDesc->estate->es_query_cxt, true) <
 		run->mmap_floor)
 		return;
 	gm_mallinfo(&mi);
-	end->pending = true;
-	end->key = run->key;
+	end->mmapped = true;
 	end->mmapped_bytes = (int64) mi.hblkhd;
 }
 
 /*
- * After ExecutorEnd's shutdown: add the mmapped bytes it gave back to the
- * call stored before it (lost if the shutdown fails; the call stays).
+ * After ExecutorEnd's shutdown: store the call kept in *end, with the heap
+ * change across the statement (the program break now minus at its start,
+ * so the memory its executor freed is not counted as growth) and the
+ * mmapped bytes the shutdown gave back.  If the shutdown failed (failed),
+ * the call without them.
  */
 void
-gm_statements_executor_ended(GmStmtEnd *end)
+gm_statements_executor_ended(GmStmtEnd *end, bool failed)
 {
 	GmMallinfo	mi;
+	int64		heap_change = 0;
+	int64		mmapped_change = 0;
 
 	if (!end->pending || stmt_entries == NULL)
 		return;
 	end->pending = false;
-	gm_mallinfo(&mi);
-	if ((int64) mi.hblkhd != end->mmapped_bytes)
-		store_mmapped(&end->key, end->mmapped_bytes - (int64) mi.hblkhd);
+	if (!failed)
+	{
+		heap_change = gm_heap_end() - end->heap_end;
+		if (end->mmapped)
+		{
+			gm_mallinfo(&mi);
+			mmapped_change = end->mmapped_bytes - (int64) mi.hblkhd;
+		}
+	}
+	store(&end->key, 1, end->plan_bytes, end->exec_bytes, heap_change, mmapped_change, 0, 0);
 }
 
 /*

@@ -81,6 +81,34 @@ isnt((data_limit($pid))[0], 'unlimited', 'SET LOCAL applies at the next statemen
 $s->query_safe('COMMIT');
 is(run_err($s, 'CREATE INDEX big_m ON big (m)'), '', 'a CREATE INDEX after the transaction runs without its cap');
 is((data_limit($pid))[0], 'unlimited', 'which is gone');
+# Gone as the transaction ends, seen from outside while the session stays
+# idle: the GUC's rollback raises the limit at once.  Lowering it waits for
+# the next statement (an allocation failing inside the commit is a PANIC).
+{
+	my $seen = sub {
+		$node->safe_psql('postgres', "SELECT coalesce(data_limit_bytes::text, 'unlimited') || '|' || coalesce(max_backend_memory_limit_bytes::text, 'none') FROM glibc_malloc_processes WHERE pid = $pid");
+	};
+	$s->query_safe("BEGIN; SET LOCAL glibc_malloc.max_backend_memory = '8MB'; SELECT 1");
+	like($seen->(), qr/^\d+\|\d+$/, 'another session sees the SET LOCAL limit in the transaction');
+	$s->query_safe('COMMIT');
+	is($seen->(), 'unlimited|none', 'and none once it committed, the session idle');
+	is((data_limit($pid))[0], 'unlimited', 'nor does /proc/PID/limits');
+	$s->query_safe("BEGIN; SET glibc_malloc.max_backend_memory = '8MB'; SELECT 1");
+	isnt((data_limit($pid))[0], 'unlimited', 'a SET in a transaction applies at its next statement');
+	$s->query_safe('ROLLBACK');
+	is((data_limit($pid))[0] . '|' . $seen->(), 'unlimited|unlimited|none', 'and its rollback lifts it at once');
+	$s->query_safe("SET glibc_malloc.max_backend_memory = '8MB'");
+	my $capped = (data_limit($pid))[0];
+	isnt($capped, 'unlimited', 'a SET outside a transaction applies at once');
+	$s->query_safe("BEGIN; SET LOCAL glibc_malloc.max_backend_memory = '16MB'; SELECT 1");
+	is((data_limit($pid))[0], $capped + 8 * $MB, 'SET LOCAL raises it at the next statement');
+	$s->query_safe('COMMIT');
+	is((data_limit($pid))[0], $capped + 8 * $MB, 'lowering it back waits while the session is idle');
+	$s->query_safe('SELECT 1');
+	is((data_limit($pid))[0], $capped, 'until its next statement');
+	$s->query_safe('RESET glibc_malloc.max_backend_memory');
+	is((data_limit($pid))[0], 'unlimited', 'RESET lifts it again');
+}
 # (Without parallel workers: those of CREATE INDEX start no executor and
 # are not covered, docs/guard.md; PostgreSQL 18 plans them for this index.)
 like(run_err($s, "BEGIN; SET LOCAL max_parallel_maintenance_workers = 0; SET LOCAL glibc_malloc.max_backend_memory = '4MB'; REINDEX INDEX big_m"),
