@@ -51,6 +51,7 @@
  */
 #include "postgres.h"
 
+#include "access/parallel.h"
 #include "access/xact.h"
 #include "executor/executor.h"
 #include "fmgr.h"
@@ -549,7 +550,9 @@ gm_ProcessUtility(GM_PU_ARGS)
 
 /*
  * An "out of memory" under the module's limits gets a HINT; every one
- * counts for the statement that ran into it.  Then chain.
+ * counts for the statement that ran into it, and for the server
+ * (glibc_malloc_counters) once: a parallel worker's is counted when the
+ * leader raises it again.  Then chain.
  */
 static void
 gm_emit_log_hook(ErrorData *edata)
@@ -557,7 +560,11 @@ gm_emit_log_hook(ErrorData *edata)
 	GmOomKind	oom = gm_guard_error_hint(edata);
 
 	if (oom != GM_OOM_NONE)
+	{
 		gm_statements_note_oom(oom == GM_OOM_LIMIT);
+		if (!IsParallelWorker())
+			gm_shmem_count_oom_error();
+	}
 	if (prev_emit_log_hook)
 		prev_emit_log_hook(edata);
 }

@@ -326,6 +326,7 @@ extern int64 gm_shmem_set_guard_limit(int slotno, int pid, int64 limit);
 extern int64 gm_shmem_slot_own_limit(int slotno);
 extern int64 gm_shmem_guard_engaged_at(void);
 extern void gm_shmem_count_oom(bool guard);
+extern void gm_shmem_count_oom_error(void);
 extern void gm_shmem_oom_counts(int64 *cap, int64 *guard);
 
 /* 5. monitor.c */
