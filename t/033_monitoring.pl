@@ -184,12 +184,13 @@ for my $sql (@blocks)
 
 # The names the runbook and the dashboard use: glibc_malloc_* are views,
 # functions or exported metrics; glibc_malloc.* are settings; other
-# backticked snake_case names are a column of a glibc_malloc view, a
-# setting, a role, or a relation of the server.
+# backticked snake_case names are a column of a glibc_malloc view or of
+# pg_stat_activity, a setting, a role, or a relation of the server.
 my %view_col;
 for my $row (split /\n/, $node->safe_psql('postgres', q{
 	SELECT c.relname || '|' || a.attname FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
-	WHERE c.relname LIKE 'glibc\_malloc\_%' AND c.relkind = 'v' AND a.attnum > 0 AND NOT a.attisdropped}))
+	WHERE (c.relname LIKE 'glibc\_malloc\_%' OR c.relname = 'pg_stat_activity') AND c.relkind = 'v'
+	  AND a.attnum > 0 AND NOT a.attisdropped}))
 {
 	my ($v, $c) = split /\|/, $row;
 	$view_col{$v}{$c} = 1;
