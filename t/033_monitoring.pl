@@ -26,7 +26,7 @@ for my $line (split /\n/, slurp_file("$root/tools/glibc_malloc_exporter.yaml"))
 	next unless defined $ns;
 	if ($line =~ /^    - (\w+):\s*$/) { push @{ $columns{$ns} }, [ $1, undef ]; next }
 	if ($line =~ /^\s+usage:\s*"(\w+)"/) { $columns{$ns}[-1][1] = $1; next }
-	$query{$ns} .= "$line\n" if $line =~ /^    \S/ && !@{ $columns{$ns} };
+	$query{$ns} .= "$line\n" if $line =~ /^ {4}/ && !@{ $columns{$ns} };
 }
 my %exported;
 for my $q (keys %columns)
@@ -201,6 +201,7 @@ my %object = map { $_ => 1 } split /\n/, $node->safe_psql('postgres', q{
 	   OR relname LIKE 'pg\_stat\_statements%'
 	UNION SELECT proname FROM pg_proc WHERE proname LIKE 'glibc\_malloc\_%'});
 my %setting = map { $_ => 1 } split /\n/, $node->safe_psql('postgres', 'SELECT name FROM pg_settings');
+$object{glibc_malloc} = 1;	# the extension
 my %role = map { $_ => 1 } split /\n/, $node->safe_psql('postgres', 'SELECT rolname FROM pg_roles');
 ok($view_col{glibc_malloc_counters}{oom_errors}, 'the catalog lists glibc_malloc_counters.oom_errors');
 
