@@ -171,7 +171,7 @@ is(metric('glibc_malloc_counters_remote_trims'),
 {
 	my ($out, $err) = ('', '');
 	IPC::Run::run([ 'psql', '-X', '-d', $node->connstr('postgres'), '-c', 'SELECT * FROM glibc_malloc_counters' ], '>', \$out, '2>', \$err);
-	diag "the view after the exit:\n$out";
+	note "the view after the exit:\n$out";
 }
 
 unlike($err, qr/level=error/, 'the exporter logged no error') or diag $err;
