@@ -52,6 +52,7 @@
  */
 #include "postgres.h"
 
+#include "access/parallel.h"
 #include "access/xact.h"
 #include "executor/executor.h"
 #include "fmgr.h"
@@ -346,6 +347,9 @@ count_oom(void)
 		return;
 	oom_counted = true;
 	gm_statements_note_oom(gm_guard_count_oom() == GM_OOM_LIMIT);
+	/* The server's count: a parallel worker's is counted by its leader. */
+	if (!IsParallelWorker())
+		gm_shmem_count_oom_error();
 }
 
 /* In a hook's PG_CATCH: count the error if it is an "out of memory". */

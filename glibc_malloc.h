@@ -328,6 +328,7 @@ extern int64 gm_shmem_guard_engaged_at(void);
 extern void gm_shmem_count_oom(bool guard);
 extern void gm_shmem_tell_leader_limit_oom(void);
 extern bool gm_shmem_take_worker_limit_oom(void);
+extern void gm_shmem_count_oom_error(void);
 extern void gm_shmem_oom_counts(int64 *cap, int64 *guard);
 
 /* 5. monitor.c */

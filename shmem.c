@@ -70,6 +70,13 @@ typedef struct GmSlot
 	pg_atomic_uint32 requests;	/* GM_REQ_* from other processes */
 
 	/*
+	 * The releases of the processes that held this slot and exited, added
+	 * by each at its exit under the change counter: with the snapshot's,
+	 * the slot's counts never go down (glibc_malloc_counters).
+	 */
+	GmReleaseCount exited[GM_NRELEASE_KINDS];
+
+	/*
 	 * Soft RLIMIT_DATA values, bytes (GM_NO_LIMIT: none): the one the
 	 * process started with, its own glibc_malloc.max_backend_memory, and
 	 * the memory guard's.  The owner writes the first two, the monitor the
@@ -93,6 +100,8 @@ typedef struct GmShared
 	pg_atomic_uint64 oom_errors[2];	/* out-of-memory errors under our
 										 * limits: [0] max_backend_memory,
 										 * [1] the memory guard's */
+	pg_atomic_uint64 all_oom_errors;	/* every "out of memory" error */
+	TimestampTz counters_since; /* when the slots were created */
 	int			nslots;
 	GmSlot		slots[FLEXIBLE_ARRAY_MEMBER];
 } GmShared;
@@ -159,6 +168,8 @@ gm_shmem_startup(void)
 		}
 		pg_atomic_init_u64(&shared->oom_errors[0], 0);
 		pg_atomic_init_u64(&shared->oom_errors[1], 0);
+		pg_atomic_init_u64(&shared->all_oom_errors, 0);
+		shared->counters_since = GetCurrentTimestamp();
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -202,7 +213,11 @@ require_shared(void)
 				 errmsg("glibc_malloc must be loaded via shared_preload_libraries to see or trim other backends")));
 }
 
-/* on_shmem_exit: leave the slot clean for the next process. */
+/*
+ * on_shmem_exit: leave the slot clean for the next process, with this
+ * process's releases, as counted now (no fewer than it published), added
+ * to the slot's counts in the same change.
+ */
 static void
 release_slot(int code, Datum arg)
 {
@@ -212,8 +227,14 @@ release_slot(int code, Datum arg)
 		return;
 	slot->changecount++;
 	pg_write_barrier();
+	for (int k = 0; k < GM_NRELEASE_KINDS; k++)
+	{
+		slot->exited[k].count += gm_releases[k].count;
+		slot->exited[k].bytes += gm_releases[k].bytes;
+	}
 	slot->snap.pid = 0;
 	slot->snap.signalable = false;
+	memset(slot->snap.releases, 0, sizeof(slot->snap.releases));
 	pg_write_barrier();
 	slot->changecount++;
 	pg_atomic_write_u32(&slot->requests, 0);
@@ -908,6 +929,14 @@ gm_shmem_take_worker_limit_oom(void)
 		pg_atomic_exchange_u32(&slot->worker_limit_oom, 0) != 0;
 }
 
+/* Count an "out of memory" error of any kind, once (glibc_malloc_counters). */
+void
+gm_shmem_count_oom_error(void)
+{
+	if (shared != NULL)
+		pg_atomic_fetch_add_u64(&shared->all_oom_errors, 1);
+}
+
 /* The out-of-memory errors counted: under max_backend_memory, under the guard. */
 void
 gm_shmem_oom_counts(int64 *cap, int64 *guard)
@@ -997,6 +1026,74 @@ backends_internal(FunctionCallInfo fcinfo, GmBackendsVersion api)
 		Assert(j == ncols);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
+}
+
+/*
+ * Add a slot's release counts to sum: those of its exited processes, and
+ * its process's last snapshot's, read together under the change counter.
+ */
+static void
+add_slot_counters(GmSlot *slot, GmReleaseCount *sum)
+{
+	GmReleaseCount exited[GM_NRELEASE_KINDS];
+	GmReleaseCount live[GM_NRELEASE_KINDS];
+	int			pid;
+
+	for (;;)
+	{
+		uint32		before = slot->changecount;
+
+		pg_read_barrier();
+		memcpy(exited, slot->exited, sizeof(exited));
+		memcpy(live, slot->snap.releases, sizeof(live));
+		pid = slot->snap.pid;
+		pg_read_barrier();
+		if (before == slot->changecount && (before & 1) == 0)
+			break;
+		CHECK_FOR_INTERRUPTS();
+	}
+	for (int k = 0; k < GM_NRELEASE_KINDS; k++)
+	{
+		sum[k].count += exited[k].count + (pid != 0 ? live[k].count : 0);
+		sum[k].bytes += exited[k].bytes + (pid != 0 ? live[k].bytes : 0);
+	}
+}
+
+PG_FUNCTION_INFO_V1(glibc_malloc_counters);
+
+/*
+ * glibc_malloc_counters(): the server's counters since its slots were
+ * created (server start, or the restart after a crash), kept across
+ * process exits; one row.  Each slot's counts only grow, so a later read
+ * never returns less than an earlier one.
+ */
+Datum
+glibc_malloc_counters(PG_FUNCTION_ARGS)
+{
+	GmReleaseCount sum[GM_NRELEASE_KINDS] = {{0}};
+	TupleDesc	tupdesc;
+	Datum		values[6];
+	bool		nulls[6] = {0};
+	int			j = 0;
+
+	require_shared();
+	if (get_call_result_type(fcinfo, NULL, &tupdesc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "return type must be a row type");
+	if (tupdesc->natts != lengthof(values))
+		elog(ERROR, "incorrect number of output arguments");
+	if (claim_slot())
+		publish(gm_monotonic_usec(), false);
+	for (int i = 0; i < shared->nslots; i++)
+		add_slot_counters(&shared->slots[i], sum);
+
+	values[j++] = Int64GetDatum(sum[GM_RELEASE_IDLE].count);
+	values[j++] = Int64GetDatum(sum[GM_RELEASE_IDLE].bytes);
+	values[j++] = Int64GetDatum(sum[GM_RELEASE_REMOTE].count);
+	values[j++] = Int64GetDatum(sum[GM_RELEASE_REMOTE].bytes);
+	values[j++] = Int64GetDatum((int64) pg_atomic_read_u64(&shared->all_oom_errors));
+	values[j++] = TimestampTzGetDatum(shared->counters_since);
+	Assert(j == lengthof(values));
+	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }
 
 /* glibc_malloc_backends(), extension versions 1.1 and 1.2. */

@@ -89,8 +89,17 @@ SELECT entries + no_queryid >= 1 AS counted FROM glibc_malloc_statements_info;
 SELECT has_function_privilege('public', 'glibc_malloc_statements_reset(oid,oid,bigint)', 'execute') AS public_may_reset,
        has_table_privilege('public', 'glibc_malloc_statements', 'select') AS public_may_read;
 
--- 1.6 to 1.7.
+-- 1.6 to 1.7: counters kept across process exits.  A trim done before
+-- the update is in them (the counts live in shared memory).
 DROP EXTENSION glibc_malloc;
 CREATE EXTENSION glibc_malloc VERSION '1.6';
+SELECT count(*) FROM pg_class WHERE relname = 'glibc_malloc_counters';
+SELECT glibc_malloc_trim_backend(pg_backend_pid());
 ALTER EXTENSION glibc_malloc UPDATE TO '1.7';
 SELECT extversion FROM pg_extension WHERE extname = 'glibc_malloc';
+SELECT remote_trims >= 1 AS counted, idle_releases >= 0 AS idle, oom_errors >= 0 AS oom,
+       counters_since <= now() AS since FROM glibc_malloc_counters;
+-- Server-wide, as glibc_malloc_guard: pg_read_all_stats, not PUBLIC.
+SELECT has_table_privilege('public', 'glibc_malloc_counters', 'select') AS public_may_read,
+       has_function_privilege('public', 'glibc_malloc_counters()', 'execute') AS public_may_call,
+       has_table_privilege('pg_read_all_stats', 'glibc_malloc_counters', 'select') AS stats_may_read;

@@ -1,6 +1,7 @@
 # The shipped queries file for prometheus-postgres-exporter: the real
 # exporter, on loopback, against a throwaway cluster, scraped over HTTP; the
-# glibc_malloc metrics are there, with the values of the view.
+# glibc_malloc metrics are there, with the values of the view, and the
+# counters do not drop when a backend exits.
 use strict;
 use warnings;
 use FindBin;
@@ -99,6 +100,80 @@ is(metric('glibc_malloc_statements_top_calls', queryid => $qid), $calls, 'and it
 my $series = () = $metrics =~ /^glibc_malloc_statements_top_max_exec_peak_bytes\{/mg;
 cmp_ok($series, '>=', 1, "statements are exported ($series series)");
 cmp_ok($series, '<=', 10, 'at most ten: the cardinality is bounded');
+
+# Counters that survive a backend's exit (1.7).  A superuser's backend runs
+# into an out-of-memory error under its own cap, releases its free heap
+# when idle, is trimmed from another session, and exits; the exporter's
+# counters of glibc_malloc_counters are typed counter and never go down,
+# while the sums over live backends (gauges) lose what it did.
+my $b = $node->background_psql('postgres', on_error_stop => 0);
+my $bpid = $b->query_safe('SELECT pg_backend_pid()');
+$b->{stderr} = '';
+$b->query("SET glibc_malloc.max_backend_memory = '4MB'; $big_sort");
+like($b->{stderr}, qr/ERROR:  out of memory/, 'the capped backend ran into an out-of-memory error');
+$b->{stderr} = '';		# the next query_safe must not see it
+$b->query_safe("RESET glibc_malloc.max_backend_memory; SET glibc_malloc.preset = 'greedy'; SET glibc_malloc.idle_release_delay = '200ms'; $big_sort");
+ok( wait_for(sub {
+			$admin->query_safe("SELECT coalesce((SELECT idle_releases FROM glibc_malloc_backends WHERE pid = $bpid), 0)") >= 1;
+		}, 10),
+	'it released its free heap when idle');
+$admin->query_safe("SELECT glibc_malloc_trim_backend($bpid)");
+ok( wait_for(sub {
+			$admin->query_safe("SELECT coalesce((SELECT remote_trims FROM glibc_malloc_backends WHERE pid = $bpid), 0)") >= 1;
+		}, 10),
+	'and was trimmed from another session');
+
+# The sum of one metric's series (all label values).
+sub metric_sum
+{
+	my ($name) = @_;
+	my $sum;
+	$sum += $1 while $metrics =~ /^\Q$name\E(?:\{[^}]*\})?\s+(\S+)$/mg;
+	return $sum;
+}
+
+sub scrape
+{
+	my $res = $http->get("http://127.0.0.1:$port/metrics");
+	$metrics = $res->{success} ? $res->{content} : '';
+}
+my @counters = qw(idle_releases idle_released_bytes remote_trims remote_trimmed_bytes oom_errors);
+scrape();
+my %before = map { $_ => metric("glibc_malloc_counters_$_") } @counters;
+my %gauge_before = map { $_ => metric_sum("glibc_malloc_backends_$_") } qw(idle_releases remote_trims);
+for my $c (@counters)
+{
+	like($metrics, qr/^# TYPE glibc_malloc_counters_$c counter$/m, "glibc_malloc_counters_$c is typed counter");
+}
+cmp_ok($before{idle_releases} // -1, '>=', 1, 'the exported idle releases count the backend\'s');
+cmp_ok($before{remote_trims} // -1, '>=', 1, 'the exported remote trims count the backend\'s');
+cmp_ok($before{oom_errors} // -1, '>=', 1, 'the exported out-of-memory errors count the backend\'s');
+
+$b->quit;
+ok( wait_for(sub {
+			$admin->query_safe("SELECT count(*) FROM pg_stat_activity WHERE pid = $bpid") == 0;
+		}, 10),
+	'the backend has exited');
+scrape();
+for my $c (@counters)
+{
+	cmp_ok(metric("glibc_malloc_counters_$c") // -1, '>=', $before{$c} // 0,
+		"glibc_malloc_counters_$c did not drop when the backend exited ($before{$c})");
+}
+for my $g (qw(idle_releases remote_trims))
+{
+	cmp_ok(metric_sum("glibc_malloc_backends_$g") // 0, '<', $gauge_before{$g},
+		"while the sum of glibc_malloc_backends_$g over live backends did: a gauge");
+}
+is(metric('glibc_malloc_counters_remote_trims'),
+	$node->safe_psql('postgres', 'SELECT remote_trims FROM glibc_malloc_counters'),
+	'glibc_malloc_counters_remote_trims as in the view');
+{
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'psql', '-X', '-d', $node->connstr('postgres'), '-c', 'SELECT * FROM glibc_malloc_counters' ], '>', \$out, '2>', \$err);
+	note "the view after the exit:\n$out";
+}
+
 unlike($err, qr/level=error/, 'the exporter logged no error') or diag $err;
 
 $h->kill_kill;
