@@ -69,6 +69,16 @@ sub functions_of
 	return %body;
 }
 
+# The function-like macros defined in a file: name => replacement text
+# (followed as the tree's functions are).
+sub macros_of
+{
+	my ($code) = @_;
+	my %body;
+	$body{$1} = $2 while $code =~ /^[ \t]*#\s*define\s+([A-Za-z_]\w*)\(((?:[^\n\\]|\\.)*)/msg;
+	return %body;
+}
+
 # The spinlock sections of a file's code: [line, text] each, from an
 # acquire to the next release (the tree never nests them).
 sub sections_of
@@ -147,14 +157,18 @@ EOC
 	is(scalar @s, 1, 'self-test: one section found');
 	is_deeply([ forbidden_calls($s[0][1], \%fns, {}) ], [ 'Int64GetDatum', 'helper -> psprintf' ],
 		'self-test: a Datum builder and a helper that allocates are flagged, a clean helper not');
+	my %macros = macros_of(code_of("#define GOOD(c) ((c).n == 0)\n#define BAD(c) \\\n\tpstrdup(c)\n"));
+	is_deeply([ forbidden_calls("x = GOOD(e); y = BAD(e);", \%macros, {}) ], [ 'BAD -> pstrdup' ],
+		'self-test: a macro of the tree is followed like a function');
 	my @ok = sections_of(code_of("SpinLockAcquire(&m); n = s->n; SpinLockRelease(&m); x = Int64GetDatum(n);"));
 	is_deeply([ forbidden_calls($ok[0][1], \%fns, {}) ], [], 'self-test: building the Datum after the release is fine');
 }
 
 my @files = sort glob("$root/*.c");
+my @headers = sort glob("$root/*.h");
 ok(@files >= 5, 'the C files are found') or BAIL_OUT('no C files');
 my %code = map { $_ => code_of(slurp($_)) } @files;
-my %functions = map { functions_of($code{$_}) } @files;
+my %functions = ((map { macros_of(code_of(slurp($_))) } @files, @headers), map { functions_of($code{$_}) } @files);
 ok(exists $functions{gm_shmem_count_oom}, 'the tree\'s functions are read');
 
 my $nsections = 0;
