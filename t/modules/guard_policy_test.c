@@ -1,0 +1,153 @@
+/*
+ * guard_policy_test.c: table tests of the memory guard's policy
+ * (guard_policy.c), compiled with it by t/029_guard_policy.pl.  Prints TAP.
+ * No server, no cgroup: the policy is a pure function.
+ */
+#include "postgres.h"
+
+#include <stdio.h>
+
+#include "glibc_malloc.h"
+
+#define MB ((int64) 1024 * 1024)
+
+static int	ntests = 0;
+static int	nfailed = 0;
+
+/* One TAP line. */
+static void
+ok(bool cond, const char *name)
+{
+	ntests++;
+	if (!cond)
+		nfailed++;
+	printf("%sok %d - %s\n", cond ? "" : "not ", ntests, name);
+}
+
+/* A process: VmData, RssAnon, growth, whether it waits for its client, whether a statement started. */
+static GmGuardProc
+proc(int pid, int64 vmdata, int64 growth, bool waits, bool started)
+{
+	GmGuardProc p;
+
+	memset(&p, 0, sizeof(p));
+	p.slot = pid;
+	p.pid = pid;
+	p.vmdata = vmdata;
+	p.rss = vmdata;
+	p.growth = growth;
+	p.grown = 0;
+	p.waits_for_client = waits;
+	p.started = started;
+	p.cur_limit = GM_NO_LIMIT;
+	return p;
+}
+
+/* The process of pid in procs (the policy sorts them). */
+static GmGuardProc *
+find(GmGuardProc *procs, int n, int pid)
+{
+	for (int i = 0; i < n; i++)
+		if (procs[i].pid == pid)
+			return &procs[i];
+	return NULL;
+}
+
+int
+main(void)
+{
+	GmGuardLevels lv;
+	GmGuardInput in;
+	GmGuardDecision d;
+	GmGuardProc procs[200];
+	int64		sum;
+
+	/* Levels: 800 MB: margin 64 MB (8 %), target 736, engage 576, release 536. */
+	gm_guard_levels(800 * MB, &lv);
+	ok(lv.target == 736 * MB, "800 MB: the target is 736 MB");
+	ok(lv.margin == 64 * MB, "800 MB: the margin is 64 MB");
+	ok(lv.engage == 736 * MB - 160 * MB, "800 MB: engages 20 % of the limit below the target");
+	ok(lv.release == lv.engage - 40 * MB, "800 MB: releases 5 % below that");
+	gm_guard_levels(4000 * MB, &lv);
+	ok(lv.margin == 200 * MB, "4000 MB: the margin is 5 % (more than 64 MB)");
+	gm_guard_levels(200 * MB, &lv);
+	ok(lv.margin == 30 * MB, "200 MB: the margin is at most 15 %");
+
+	/* Engaging and releasing, with hysteresis. */
+	gm_guard_levels(800 * MB, &lv);
+	ok(!gm_guard_engaged_after(800 * MB, lv.engage - 1, false), "below the engage level: not engaged");
+	ok(gm_guard_engaged_after(800 * MB, lv.engage, false), "at the engage level: engaged");
+	ok(gm_guard_engaged_after(800 * MB, lv.release, true), "engaged stays engaged down to the release level");
+	ok(!gm_guard_engaged_after(800 * MB, lv.release - 1, true), "and lifts below it");
+	ok(!gm_guard_engaged_after(-1, 100 * MB, true), "no limit: never engaged");
+	ok(!gm_guard_engaged_after(800 * MB, -1, true), "usage unknown: never engaged");
+
+	/* Not engaged: no limits; those set are lifted. */
+	in.limit = 800 * MB;
+	in.usage = 100 * MB;
+	in.engaged = false;
+	in.asked_pending = 0;
+	procs[0] = proc(1, 50 * MB, 0, true, false);
+	procs[1] = proc(2, 50 * MB, 0, true, false);
+	procs[1].cur_limit = 60 * MB;
+	gm_guard_policy(&in, procs, 2, &d);
+	ok(!d.engaged && d.headroom == -1, "not engaged: no headroom");
+	ok(find(procs, 2, 1)->limit == GM_NO_LIMIT && !find(procs, 2, 1)->set, "not engaged: nothing to set");
+	ok(find(procs, 2, 2)->set && find(procs, 2, 2)->limit == GM_NO_LIMIT, "not engaged: a limit set is lifted");
+
+	/* Engaged, one runaway and one idle: the budget is shared, never exceeded. */
+	in.usage = 700 * MB;
+	in.engaged = true;
+	procs[0] = proc(1, 20 * MB, 0, true, false);	/* idle */
+	procs[1] = proc(2, 300 * MB, 10 * MB, false, false);	/* grows */
+	gm_guard_policy(&in, procs, 2, &d);
+	ok(d.engaged && d.headroom == 36 * MB, "engaged at 700 of 800 MB: 36 MB of headroom");
+	ok(d.nworking == 1, "one working");
+	sum = find(procs, 2, 1)->allow + find(procs, 2, 2)->allow;
+	ok(sum <= d.budget, "the grants together fit the budget");
+	ok(find(procs, 2, 1)->allow == 18 * MB && find(procs, 2, 2)->allow == 18 * MB,
+	   "the idle one gets half of the budget, the working one the rest");
+	ok(find(procs, 2, 1)->limit >= find(procs, 2, 1)->vmdata, "no limit below VmData");
+	ok(find(procs, 2, 2)->lowered && find(procs, 2, 2)->set, "a first limit counts as lowered");
+
+	/* Mapped but not resident, of working processes, comes off the budget. */
+	procs[0] = proc(1, 100 * MB, 2 * MB, false, false);
+	procs[0].rss = 80 * MB;
+	gm_guard_policy(&in, procs, 1, &d);
+	ok(d.budget == 16 * MB, "20 MB mapped but not resident comes off 36 MB of headroom");
+	in.asked_pending = 4 * MB;
+	gm_guard_policy(&in, procs, 1, &d);
+	ok(d.budget == 20 * MB, "free heap asked for and not returned yet adds to it");
+	in.asked_pending = 0;
+
+	/* At the target: no budget at all. */
+	in.usage = 740 * MB;
+	procs[0] = proc(1, 100 * MB, 5 * MB, false, false);
+	procs[1] = proc(2, 10 * MB, 0, true, false);
+	gm_guard_policy(&in, procs, 2, &d);
+	ok(d.headroom == 0 && d.budget == 0, "past the target: 0 headroom, 0 budget");
+	ok(find(procs, 2, 1)->allow == 0 && find(procs, 2, 2)->allow == 0, "nobody may map more from the budget");
+
+	/* Several working: smallest first, the largest gets what is left. */
+	in.usage = 600 * MB;
+	procs[0] = proc(1, 50 * MB, GM_GROWTH_UNKNOWN, false, false);
+	procs[1] = proc(2, 100 * MB, GM_GROWTH_UNKNOWN, false, false);
+	procs[2] = proc(3, 200 * MB, GM_GROWTH_UNKNOWN, false, false);
+	gm_guard_policy(&in, procs, 3, &d);
+	ok(find(procs, 3, 1)->allow == 68 * MB && find(procs, 3, 2)->allow == 34 * MB &&
+	   find(procs, 3, 3)->allow == 34 * MB, "136 MB: half to the smallest, a quarter to the next, the rest to the largest");
+
+	/* A small raise waits while the limit leaves room; a lowering never does. */
+	in.usage = 700 * MB;
+	procs[0] = proc(1, 100 * MB, GM_GROWTH_UNKNOWN, false, false);
+	procs[0].cur_limit = 100 * MB + 34 * MB;
+	gm_guard_policy(&in, procs, 1, &d);
+	ok(!procs[0].set && !procs[0].lowered, "a raise under 4 MB waits");
+	procs[0] = proc(1, 100 * MB, 0, false, false);
+	procs[0].cur_limit = 100 * MB + 40 * MB;
+	gm_guard_policy(&in, procs, 1, &d);
+	ok(procs[0].set && procs[0].lowered, "a lowering is set");
+
+	printf("1..%d\n", ntests);
+	return nfailed > 0;
+}
