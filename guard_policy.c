@@ -7,7 +7,7 @@
  *
  * No I/O, no globals, no PostgreSQL calls: monitor.c reads /proc and the
  * cgroup, calls gm_guard_policy, and carries out what it decided (prlimit);
- * t/030_guard_policy.pl compiles this file with a test driver and feeds it
+ * t/035_guard_policy.pl compiles this file with a test driver and feeds it
  * tables of snapshots, without a server or a cgroup.
  *
  * The levels, for a cgroup limit L: the target, the usage the guard keeps
