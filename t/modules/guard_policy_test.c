@@ -1,6 +1,6 @@
 /*
  * guard_policy_test.c: table tests of the memory guard's policy
- * (guard_policy.c), compiled with it by t/029_guard_policy.pl.  Prints TAP.
+ * (guard_policy.c), compiled with it by t/035_guard_policy.pl.  Prints TAP.
  * No server, no cgroup: the policy is a pure function.
  */
 #include "postgres.h"
