@@ -330,6 +330,8 @@ statement_start(void)
 static void
 gm_ExecutorStart(QueryDesc *queryDesc, int eflags)
 {
+	if (nesting == 0)
+		gm_shmem_guard_statement_start();
 	statement_start();
 	gm_doctor_statement_start(queryDesc);
 	gm_statements_executor_start(queryDesc, eflags, nesting);
@@ -527,6 +529,8 @@ gm_ProcessUtility(GM_PU_ARGS)
 	GmUtilityMark mark;
 	bool		nests;
 
+	if (nesting == 0)
+		gm_shmem_guard_statement_start();
 	gm_guard_apply();
 	nests = gm_statements_utility_start(pstmt, nesting, &mark);
 	if (nests)

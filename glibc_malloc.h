@@ -238,6 +238,7 @@ typedef struct GmMonitorState
 	int64		guard_lowered;	/* limits lowered */
 	char		guard_last_action[GM_MONITOR_TEXT];
 	TimestampTz guard_last_action_at;	/* 0 = none yet */
+	struct Latch *guard_latch;	/* the monitor's, for statement starts; NULL */
 } GmMonitorState;
 
 /* 1. allocator.c */
@@ -326,6 +327,9 @@ extern int64 gm_shmem_my_guard_limit(void);
 extern bool gm_shmem_limits(int slotno, int pid, int64 *orig, int64 *own, int64 *guard, bool *guarded);
 extern int64 gm_shmem_set_guard_limit(int slotno, int pid, int64 limit);
 extern int64 gm_shmem_slot_own_limit(int slotno);
+extern void gm_shmem_guard_statement_start(void);
+extern uint32 gm_shmem_guard_starts(int slotno);
+extern void gm_shmem_set_guard_working(int slotno, bool working);
 extern int64 gm_shmem_guard_engaged_at(void);
 extern void gm_shmem_count_oom(bool guard);
 extern void gm_shmem_oom_counts(int64 *cap, int64 *guard);

@@ -114,9 +114,11 @@ gm_guard_measure(int64 limit, int64 usage, bool engaged)
 static bool
 proc_works(const GmGuardProc *p)
 {
-	if (p->growth == GM_GROWTH_UNKNOWN)
-		return !p->waits_for_client;
-	return p->growth >= GM_GUARD_GROWING || p->grown >= GM_GUARD_GROWING;
+	if (p->started || !p->waits_for_client)
+		return true;
+	if (p->growth != GM_GROWTH_UNKNOWN && p->growth >= GM_GUARD_GROWING)
+		return true;
+	return p->grown >= GM_GUARD_GROWING;
 }
 
 /* qsort: smallest VmData first. */
@@ -200,7 +202,8 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 	 */
 	if (nidle > 0)
 	{
-		int64		each = Min(GM_GUARD_FLOOR, budget / 2 / nidle);
+		int64		pool = nworking > 0 ? budget / 2 : budget;
+		int64		each = Min(GM_GUARD_FLOOR, pool / nidle);
 
 		for (int i = 0; i < n; i++)
 			if (!procs[i].working)

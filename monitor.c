@@ -189,6 +189,7 @@ typedef struct GmGuarded
 	int64		ref_vmdata;		/* its VmData at ref_at */
 	int64		ref_at;			/* monotonic */
 	int64		growth;			/* over the last window; GM_GROWTH_UNKNOWN */
+	uint32		starts;			/* the slot's statement starts seen */
 } GmGuarded;
 
 static GmGuarded *guarded = NULL;
@@ -855,6 +856,7 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 		GmGuarded  *g = &guarded[s->slot];
 		GmGuardProc *c;
 		int64		vm;
+		uint32		starts;
 
 		if (!s->guarded || s->pid == 0)
 			continue;
@@ -889,7 +891,10 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 		c->growth = g->growth;
 		c->grown = vm - g->ref_vmdata;
 		c->waits_for_client = gm_shmem_waits_for_client(s);
-		c->started = false;
+		/* A statement started since the last look: working at once. */
+		starts = gm_shmem_guard_starts(s->slot);
+		c->started = starts != g->starts;
+		g->starts = starts;
 		c->cur_limit = g->pid == s->pid ? g->limit : GM_NO_LIMIT;
 	}
 
@@ -929,6 +934,8 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 						soft,
 						hard;
 
+			/* Its statement starts wake the monitor only while idle. */
+			gm_shmem_set_guard_working(c->slot, c->working);
 			/* A small raise waits while the limit in force leaves room. */
 			if (!c->set &&
 				gm_shmem_limits(c->slot, c->pid, &orig, &own, &cur, NULL) &&
@@ -1129,6 +1136,7 @@ monitor_exit(int code, Datum arg)
 	pg_write_barrier();
 	st->pid = 0;
 	st->guard_engaged = false;
+	st->guard_latch = NULL;
 	pg_write_barrier();
 	st->changecount++;
 }
@@ -1154,9 +1162,12 @@ glibc_malloc_monitor_main(Datum arg)
 		guarded[i].ref_pid = 0;
 	/* A restarted monitor goes on counting. */
 	returned_total = gm_shmem_monitor()->returned_bytes;
+	/* Statement starts wake it while the guard is engaged. */
+	gm_shmem_monitor()->guard_latch = MyLatch;
 
 	for (;;)
 	{
+		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
 		{
@@ -1167,7 +1178,6 @@ glibc_malloc_monitor_main(Datum arg)
 		/* Faster while the guard's limits are set: they follow the usage. */
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 guard_engaged ? GM_GUARD_TICK_MS : GM_MONITOR_TICK_MS, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
 	}
 }
 

@@ -148,6 +148,47 @@ main(void)
 	gm_guard_policy(&in, procs, 1, &d);
 	ok(procs[0].set && procs[0].lowered, "a lowering is set");
 
+	/*
+	 * Who works: a statement started since the last look, or runs now, or
+	 * VmData grew a MB in the window; not one that waits for its client
+	 * with a small growth.
+	 */
+	in.usage = 700 * MB;
+	procs[0] = proc(1, 20 * MB, 0, false, false);
+	procs[1] = proc(2, 20 * MB, 0, true, true);
+	procs[2] = proc(3, 20 * MB, 2 * MB, true, false);
+	procs[3] = proc(4, 20 * MB, 0, true, false);
+	procs[4] = proc(5, 20 * MB, GM_GROWTH_UNKNOWN, true, false);
+	gm_guard_policy(&in, procs, 5, &d);
+	ok(find(procs, 5, 1)->working, "running a statement with a small known growth: working");
+	ok(find(procs, 5, 2)->working, "a statement started since the last look: working, even if it ended");
+	ok(find(procs, 5, 3)->working, "waiting for its client, but grew 2 MB in the window: working");
+	ok(!find(procs, 5, 4)->working && !find(procs, 5, 5)->working, "waiting for its client, not growing: not working");
+
+	/* Nobody works: those not working share all of the budget. */
+	procs[0] = proc(1, 20 * MB, 0, true, false);
+	procs[1] = proc(2, 20 * MB, 0, true, false);
+	gm_guard_policy(&in, procs, 2, &d);
+	ok(find(procs, 2, 1)->allow == 18 * MB && find(procs, 2, 2)->allow == 18 * MB,
+	   "nobody works: two idle share all 36 MB");
+
+	/*
+	 * 60 pooled sessions, 44 MB of headroom (692 of 800 MB): a statement
+	 * starts in one that was idle, and it may map at least 20 MB at the
+	 * next look (before: 370 kB, a share of half of the budget).
+	 */
+	in.usage = 692 * MB;
+	for (int i = 0; i < 60; i++)
+		procs[i] = proc(i + 1, 12 * MB, 0, true, false);
+	procs[7].started = true;
+	gm_guard_policy(&in, procs, 60, &d);
+	ok(d.nworking == 1, "60 idle sessions, a statement starts in one: one working");
+	ok(find(procs, 60, 8)->allow >= 20 * MB, "which may map at least 20 MB of the 44 MB of headroom");
+	sum = 0;
+	for (int i = 0; i < 60; i++)
+		sum += procs[i].allow;
+	ok(sum <= d.budget, "all grants together within the budget");
+
 	printf("1..%d\n", ntests);
 	return nfailed > 0;
 }
