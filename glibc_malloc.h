@@ -238,6 +238,8 @@ typedef struct GmMonitorState
 	int64		guard_lowered;	/* limits lowered */
 	char		guard_last_action[GM_MONITOR_TEXT];
 	TimestampTz guard_last_action_at;	/* 0 = none yet */
+	int64		guard_reserve;	/* each guarded process's reserve; -1 */
+	bool		guard_reserve_shrunk;	/* all did not fit the margin */
 	struct Latch *guard_latch;	/* the monitor's, for statement starts; NULL */
 } GmMonitorState;
 

@@ -63,11 +63,9 @@
 #define GM_GUARD_GROWING	MB		/* grew this much in a window: working */
 #define GM_GUARD_SLACK		(4 * MB)	/* smaller raises wait, while the limit
 										 * leaves this much above VmData */
-#define GM_GUARD_PROC_RESERVE (4 * MB)	/* each process's reserve ... */
-#define GM_GUARD_MIN_RESERVE (512 * 1024)	/* ... shrunk to no less than
-											 * this ... */
-#define GM_GUARD_RESERVE_SHARE 0.5	/* ... so that all take at most this
-									 * much of the margin */
+#define GM_GUARD_PROC_RESERVE (4 * MB)	/* each process's reserve, shrunk
+										 * so that all take at most ... */
+#define GM_GUARD_RESERVE_SHARE 0.5	/* ... this much of the margin */
 
 /* The guard's levels for a limit of limit bytes. */
 void
@@ -184,11 +182,11 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 	out->budget = budget;
 
 	/* The reserves, in the margin: shrunk when they do not fit. */
-	reserve = 0;
+	reserve = GM_GUARD_PROC_RESERVE;
 	out->reserve_wanted = reserve;
 	if (n > 0 && reserve * n > (int64) (GM_GUARD_RESERVE_SHARE * lv.margin))
 	{
-		reserve = Max((int64) (GM_GUARD_RESERVE_SHARE * lv.margin) / n, GM_GUARD_MIN_RESERVE);
+		reserve = (int64) (GM_GUARD_RESERVE_SHARE * lv.margin) / n;
 		out->reserve_shrunk = true;
 	}
 	out->reserve = reserve;
@@ -197,8 +195,9 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 	nidle = n - nworking;
 
 	/*
-	 * Those not working: twice their last growth, at most GM_GUARD_FLOOR,
-	 * from at most half of the budget; all of it when none works.
+	 * Those not working: at most GM_GUARD_FLOOR each, from at most half of
+	 * the budget, and only twice their last growth while others work (their
+	 * reserve covers small work); all of the budget when none works.
 	 */
 	if (nidle > 0)
 	{
@@ -206,9 +205,15 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 		int64		each = Min(GM_GUARD_FLOOR, pool / nidle);
 
 		for (int i = 0; i < n; i++)
-			if (!procs[i].working)
-				procs[i].allow = each;
-		budget -= each * nidle;
+		{
+			GmGuardProc *p = &procs[i];
+			int64		growth = p->growth == GM_GROWTH_UNKNOWN ? 0 : Max(p->growth, 0);
+
+			if (p->working)
+				continue;
+			p->allow = nworking > 0 ? Min(2 * growth, each) : each;
+			budget -= p->allow;
+		}
 	}
 	/* Working processes, smallest first: twice their last growth ... */
 	for (int i = 0; i < n; i++)

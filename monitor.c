@@ -197,6 +197,7 @@ static GmGuardProc *cands = NULL;
 static bool guard_engaged = false;
 static int64 guard_last_log = 0;	/* monotonic */
 static int	guard_quiet_rounds = 0;	/* tightening rounds not logged yet */
+static bool guard_shrunk_logged = false;	/* this episode's shrunk reserve */
 
 /* Read a small file into buf (NUL-terminated); false if it cannot be read. */
 static bool
@@ -923,6 +924,19 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 							fmt_bytes(b2, sizeof(b2), l->limit))));
 	}
 
+	if (!guard_engaged)
+		guard_shrunk_logged = false;
+	else if (d.reserve_shrunk && !guard_shrunk_logged)
+	{
+		ereport(LOG,
+				(errmsg("glibc_malloc memory guard: the reserve for small work is shrunk to %s per backend",
+						fmt_bytes(b1, sizeof(b1), d.reserve)),
+				 errdetail_internal("The reserves of %d backends (%s each) do not fit in half of the guard's %s margin; small statements, catalog catch-up and NOTIFY delivery may get \"out of memory\".",
+									ncand, fmt_bytes(b2, sizeof(b2), d.reserve_wanted),
+									fmt_bytes(b3, sizeof(b3), d.levels.margin))));
+		guard_shrunk_logged = true;
+	}
+
 	if (guard_engaged)
 	{
 		for (int i = 0; i < ncand; i++)
@@ -983,6 +997,8 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 		st->guard_engaged_at = mono;
 	st->guard_headroom = d.headroom;
 	st->guard_limited = guard_engaged ? limited : 0;
+	st->guard_reserve = guard_engaged ? d.reserve : -1;
+	st->guard_reserve_shrunk = guard_engaged && d.reserve_shrunk;
 	pg_write_barrier();
 	st->changecount++;
 }
@@ -1295,7 +1311,8 @@ monitor_state_for_sql(FunctionCallInfo fcinfo, GmMonitorState *c, TupleDesc *tup
 				 errmsg("glibc_malloc must be loaded via shared_preload_libraries to run the memory monitor")));
 	if (get_call_result_type(fcinfo, NULL, tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
-	if ((*tupdesc)->natts != natts)
+	/* natts < 0: the caller checks (a function whose columns grew). */
+	if (natts >= 0 && (*tupdesc)->natts != natts)
 		elog(ERROR, "incorrect number of output arguments");
 	for (;;)
 	{
@@ -1367,15 +1384,17 @@ glibc_malloc_guard(PG_FUNCTION_ARGS)
 {
 	GmMonitorState c;
 	TupleDesc	tupdesc;
-	Datum		values[13];
-	bool		nulls[13] = {0};
+	Datum		values[15];
+	bool		nulls[15] = {0};
 	int64		cap_errors;
 	int64		guard_errors;
 	int			j = 0;
-
 	GmGuardLevels lv;
 
-	monitor_state_for_sql(fcinfo, &c, &tupdesc, lengthof(values));
+	/* 13 columns before 1.7 (no reserve_bytes, reserve_shrunk). */
+	monitor_state_for_sql(fcinfo, &c, &tupdesc, -1);
+	if (tupdesc->natts != 13 && tupdesc->natts != 15)
+		elog(ERROR, "incorrect number of output arguments");
 	gm_shmem_oom_counts(&cap_errors, &guard_errors);
 	gm_guard_levels(c.limit_bytes, &lv);
 
@@ -1399,7 +1418,14 @@ glibc_malloc_guard(PG_FUNCTION_ARGS)
 	nulls[j++] = c.guard_last_action_at == 0;
 	values[j] = TimestampTzGetDatum(c.guard_last_action_at);
 	nulls[j++] = c.guard_last_action_at == 0;
-	Assert(j == lengthof(values));
+	if (tupdesc->natts == 15)
+	{
+		values[j] = Int64GetDatum(c.guard_reserve);
+		nulls[j++] = !c.guard_engaged || c.guard_reserve < 0;
+		values[j] = BoolGetDatum(c.guard_reserve_shrunk);
+		nulls[j++] = !c.guard_engaged;
+	}
+	Assert(j == tupdesc->natts);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }
 

@@ -94,3 +94,6 @@ DROP EXTENSION glibc_malloc;
 CREATE EXTENSION glibc_malloc VERSION '1.6';
 ALTER EXTENSION glibc_malloc UPDATE TO '1.7';
 SELECT extversion FROM pg_extension WHERE extname = 'glibc_malloc';
+-- glibc_malloc_guard gains the reserve for small work (NULL while the
+-- guard is not engaged).
+SELECT reserve_bytes, reserve_shrunk FROM glibc_malloc_guard;

@@ -33,7 +33,8 @@ my $sort = "SELECT count(*) FROM (SELECT md5(i::text) FROM generate_series(1, $r
 
 sub oom_kills { (slurp_file("$cg/memory.oom_control") =~ /oom_kill (\d+)/)[0] // 0 }
 
-my $node = new_node('working', "restart_after_crash = on\nshared_buffers = 16MB\nmax_connections = 100\n", no_start => 1);
+my $node = new_node('working', "restart_after_crash = on\nshared_buffers = 16MB\nmax_connections = 100\n"
+	  . "glibc_malloc.track_statements = top\n", no_start => 1);
 $node->start;
 enter_cgroup_v1($node, $cg, $limit);
 $node->safe_psql('postgres', 'CREATE EXTENSION glibc_malloc');

@@ -105,9 +105,11 @@ main(void)
 	ok(d.nworking == 1, "one working");
 	sum = find(procs, 2, 1)->allow + find(procs, 2, 2)->allow;
 	ok(sum <= d.budget, "the grants together fit the budget");
-	ok(find(procs, 2, 1)->allow == 18 * MB && find(procs, 2, 2)->allow == 18 * MB,
-	   "the idle one gets half of the budget, the working one the rest");
-	ok(find(procs, 2, 1)->limit >= find(procs, 2, 1)->vmdata, "no limit below VmData");
+	ok(find(procs, 2, 1)->allow == 0 && find(procs, 2, 2)->allow == 36 * MB,
+	   "the idle one, not growing, takes nothing from the budget; the working one all of it");
+	ok(find(procs, 2, 1)->reserve == 4 * MB && find(procs, 2, 1)->limit == 24 * MB,
+	   "the idle one's limit is its VmData plus a 4 MB reserve");
+	ok(find(procs, 2, 2)->limit == 300 * MB + 36 * MB + 4 * MB, "the working one's: VmData, its grant and the reserve");
 	ok(find(procs, 2, 2)->lowered && find(procs, 2, 2)->set, "a first limit counts as lowered");
 
 	/* Mapped but not resident, of working processes, comes off the budget. */
@@ -127,6 +129,7 @@ main(void)
 	gm_guard_policy(&in, procs, 2, &d);
 	ok(d.headroom == 0 && d.budget == 0, "past the target: 0 headroom, 0 budget");
 	ok(find(procs, 2, 1)->allow == 0 && find(procs, 2, 2)->allow == 0, "nobody may map more from the budget");
+	ok(find(procs, 2, 2)->limit == 10 * MB + 4 * MB, "but an idle backend's limit never sits at its VmData: the reserve");
 
 	/* Several working: smallest first, the largest gets what is left. */
 	in.usage = 600 * MB;
@@ -140,11 +143,11 @@ main(void)
 	/* A small raise waits while the limit leaves room; a lowering never does. */
 	in.usage = 700 * MB;
 	procs[0] = proc(1, 100 * MB, GM_GROWTH_UNKNOWN, false, false);
-	procs[0].cur_limit = 100 * MB + 34 * MB;
+	procs[0].cur_limit = 100 * MB + 38 * MB;
 	gm_guard_policy(&in, procs, 1, &d);
 	ok(!procs[0].set && !procs[0].lowered, "a raise under 4 MB waits");
 	procs[0] = proc(1, 100 * MB, 0, false, false);
-	procs[0].cur_limit = 100 * MB + 40 * MB;
+	procs[0].cur_limit = 100 * MB + 44 * MB;
 	gm_guard_policy(&in, procs, 1, &d);
 	ok(procs[0].set && procs[0].lowered, "a lowering is set");
 
@@ -188,6 +191,21 @@ main(void)
 	for (int i = 0; i < 60; i++)
 		sum += procs[i].allow;
 	ok(sum <= d.budget, "all grants together within the budget");
+
+	/*
+	 * The reserves fit in half of the margin (32 MB of 64 here): 8 of 4 MB
+	 * do; 30 are shrunk to a thirtieth of 32 MB, and the decision says so.
+	 */
+	in.usage = 700 * MB;
+	for (int i = 0; i < 30; i++)
+		procs[i] = proc(i + 1, 12 * MB, 0, true, false);
+	gm_guard_policy(&in, procs, 8, &d);
+	ok(d.reserve == 4 * MB && !d.reserve_shrunk, "8 backends: a reserve of 4 MB each");
+	gm_guard_policy(&in, procs, 30, &d);
+	ok(d.reserve_shrunk && d.reserve == 32 * MB / 30 && d.reserve_wanted == 4 * MB,
+	   "30 backends: the reserve is shrunk to fit half of the margin, and says so");
+	ok(d.reserve * 30 <= 32 * MB, "all reserves together within half of the margin");
+	ok(procs[0].limit > procs[0].vmdata, "an idle backend's limit still above its VmData");
 
 	printf("1..%d\n", ntests);
 	return nfailed > 0;
