@@ -43,6 +43,15 @@ proc(int pid, int64 vmdata, int64 growth, bool waits, bool started)
 	return p;
 }
 
+/* A pseudo-random number (a fixed sequence). */
+static uint32 seed = 12345;
+static uint32
+rnd(void)
+{
+	seed = seed * 1103515245 + 12345;
+	return (seed >> 8) & 0xffffff;
+}
+
 /* The process of pid in procs (the policy sorts them). */
 static GmGuardProc *
 find(GmGuardProc *procs, int n, int pid)
@@ -206,6 +215,64 @@ main(void)
 	   "30 backends: the reserve is shrunk to fit half of the margin, and says so");
 	ok(d.reserve * 30 <= 32 * MB, "all reserves together within half of the margin");
 	ok(procs[0].limit > procs[0].vmdata, "an idle backend's limit still above its VmData");
+
+	/*
+	 * Invariants over 2000 pseudo-random snapshots (a fixed seed): the
+	 * grants fit the budget, the reserves half of the margin, no limit is
+	 * at or below VmData, and every working process is one that started,
+	 * runs or grew.
+	 */
+	{
+		int			bad_budget = 0,
+					bad_reserve = 0,
+					bad_limit = 0,
+					bad_working = 0;
+
+		for (int round = 0; round < 2000; round++)
+		{
+			int			np = 1 + rnd() % 200;
+
+			in.limit = (int64) (200 + rnd() % 4000) * MB;
+			gm_guard_levels(in.limit, &lv);
+			in.usage = lv.release + (int64) (rnd() % 1000) * (lv.margin + lv.target - lv.release) / 1000;
+			in.engaged = true;
+			in.asked_pending = (int64) (rnd() % 20) * MB;
+			for (int i = 0; i < np; i++)
+			{
+				int64		vm = (int64) (5 + rnd() % 300) * MB;
+				int64		growth = rnd() % 4 == 0 ? GM_GROWTH_UNKNOWN : (int64) (rnd() % 40) * MB / 4;
+				bool		waits = rnd() % 3 != 0;
+				bool		started = rnd() % 10 == 0;
+
+				procs[i] = proc(i + 1, vm, growth, waits, started);
+				procs[i].rss = vm - (int64) (rnd() % 5) * MB;
+			}
+			gm_guard_policy(&in, procs, np, &d);
+			if (!d.engaged)
+				continue;
+			sum = 0;
+			for (int i = 0; i < np; i++)
+			{
+				GmGuardProc *p = &procs[i];
+				bool		works = p->started || !p->waits_for_client ||
+					(p->growth != GM_GROWTH_UNKNOWN && p->growth >= MB);
+
+				sum += p->allow;
+				if (p->limit <= p->vmdata || p->limit != p->vmdata + p->allow + d.reserve)
+					bad_limit++;
+				if (p->working != works)
+					bad_working++;
+			}
+			if (sum > d.budget)
+				bad_budget++;
+			if (d.reserve * np > lv.margin / 2 + np)
+				bad_reserve++;
+		}
+		ok(bad_budget == 0, "2000 random snapshots: the grants never exceed the budget");
+		ok(bad_reserve == 0, "the reserves never take more than half of the margin");
+		ok(bad_limit == 0, "every limit is VmData plus the grant plus the reserve, above VmData");
+		ok(bad_working == 0, "working: started, running, or grew");
+	}
 
 	printf("1..%d\n", ntests);
 	return nfailed > 0;
