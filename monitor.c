@@ -99,6 +99,7 @@ PGDLLEXPORT void glibc_malloc_monitor_main(Datum arg);
  * the next look.  The monitor reads, calls the policy, and sets the limits.
  */
 #define GM_GUARD_TICK_MS	50		/* how often the monitor looks while engaged */
+#define GM_GUARD_WAKE_MS	10		/* statement starts wake it at most this often */
 
 /* GUCs (SIGHUP: the monitor is server-wide policy). */
 static bool memory_guard = true;
@@ -1183,6 +1184,9 @@ glibc_malloc_monitor_main(Datum arg)
 
 	for (;;)
 	{
+		int64		looked;
+		int			rc;
+
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
@@ -1191,9 +1195,23 @@ glibc_malloc_monitor_main(Datum arg)
 			ProcessConfigFile(PGC_SIGHUP);
 		}
 		monitor_tick();
+		looked = gm_monotonic_usec();
 		/* Faster while the guard's limits are set: they follow the usage. */
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 guard_engaged ? GM_GUARD_TICK_MS : GM_MONITOR_TICK_MS, PG_WAIT_EXTENSION);
+		rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					   guard_engaged ? GM_GUARD_TICK_MS : GM_MONITOR_TICK_MS, PG_WAIT_EXTENSION);
+
+		/*
+		 * Woken by a statement start (or a signal): look again at once, but
+		 * not more often than every GM_GUARD_WAKE_MS, so that many short
+		 * statements cannot make the monitor look without pause.
+		 */
+		if ((rc & WL_LATCH_SET) && guard_engaged)
+		{
+			int64		gap_ms = GM_GUARD_WAKE_MS - (gm_monotonic_usec() - looked) / 1000;
+
+			if (gap_ms > 0)
+				(void) WaitLatch(NULL, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, gap_ms, PG_WAIT_EXTENSION);
+		}
 	}
 }
 
