@@ -331,7 +331,7 @@ static void
 gm_ExecutorStart(QueryDesc *queryDesc, int eflags)
 {
 	if (nesting == 0)
-		gm_shmem_guard_statement_start();
+		gm_guard_top_statement_start();
 	statement_start();
 	gm_doctor_statement_start(queryDesc);
 	gm_statements_executor_start(queryDesc, eflags, nesting);
@@ -530,7 +530,7 @@ gm_ProcessUtility(GM_PU_ARGS)
 	bool		nests;
 
 	if (nesting == 0)
-		gm_shmem_guard_statement_start();
+		gm_guard_top_statement_start();
 	gm_guard_apply();
 	nests = gm_statements_utility_start(pstmt, nesting, &mark);
 	if (nests)

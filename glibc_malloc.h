@@ -329,7 +329,8 @@ extern int64 gm_shmem_my_guard_limit(void);
 extern bool gm_shmem_limits(int slotno, int pid, int64 *orig, int64 *own, int64 *guard, bool *guarded);
 extern int64 gm_shmem_set_guard_limit(int slotno, int pid, int64 limit);
 extern int64 gm_shmem_slot_own_limit(int slotno);
-extern void gm_shmem_guard_statement_start(void);
+extern bool gm_shmem_guard_statement_start(void);
+extern bool gm_shmem_guard_counts_idle(void);
 extern uint32 gm_shmem_guard_starts(int slotno);
 extern void gm_shmem_set_guard_working(int slotno, bool working);
 extern int64 gm_shmem_guard_engaged_at(void);
@@ -406,6 +407,7 @@ extern void gm_monitor_register(void);
 extern void gm_guard_define_gucs(void);
 extern void gm_guard_apply(void);
 extern void gm_guard_statement_start(void);
+extern void gm_guard_top_statement_start(void);
 /* What gm_guard_error_hint found. */
 typedef enum GmOomKind
 {

@@ -949,20 +949,25 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 						soft,
 						hard;
 
-			/* Its statement starts wake the monitor only while idle. */
-			gm_shmem_set_guard_working(c->slot, c->working);
 			/* A small raise waits while the limit in force leaves room. */
 			if (!c->set &&
 				gm_shmem_limits(c->slot, c->pid, &orig, &own, &cur, NULL) &&
 				gm_data_limit(c->pid, &soft, &hard) && soft == Min(orig, Min(own, cur)))
+				limited++;
+			else
 			{
-				limited++;
-				continue;
+				if (c->lowered)
+					lowered++;
+				if (guard_set(c->slot, c->pid, c->limit))
+					limited++;
 			}
-			if (c->lowered)
-				lowered++;
-			if (guard_set(c->slot, c->pid, c->limit))
-				limited++;
+
+			/*
+			 * Once its limit is set: a statement that starts in it wakes the
+			 * monitor (and waits for this) only while it counts as idle.
+			 */
+			pg_write_barrier();
+			gm_shmem_set_guard_working(c->slot, c->working);
 		}
 		if (lowered > 0)
 		{

@@ -835,23 +835,35 @@ gm_shmem_set_guard_limit(int slotno, int pid, int64 limit)
 /*
  * A top-level statement starts in this process: while the memory guard
  * limits it and its last look did not count it as working, count the start
- * in the slot and wake the monitor, so that its next look, at once, gives
- * this process a working share.  Otherwise a flag test or two.
+ * in the slot, wake the monitor, and return true (the caller may wait for
+ * the look).  Otherwise a flag test or two, and false.
  */
-void
+bool
 gm_shmem_guard_statement_start(void)
 {
 	struct Latch *latch;
 
-	if (shared == NULL || my_slot == NULL || my_slot_pid != MyProcPid ||
-		!shared->monitor.guard_engaged || my_slot->guard_working)
-		return;
-	if (pg_atomic_read_u64(&my_slot->guard_limit) == GM_NO_LIMIT)
-		return;
+	if (!gm_shmem_guard_counts_idle())
+		return false;
 	pg_atomic_fetch_add_u32(&my_slot->guard_starts, 1);
 	latch = shared->monitor.guard_latch;
 	if (latch != NULL)
 		SetLatch(latch);
+	return true;
+}
+
+/*
+ * Whether the memory guard limits this process and its last look counted
+ * it as not working.
+ */
+bool
+gm_shmem_guard_counts_idle(void)
+{
+	if (shared == NULL || my_slot == NULL || my_slot_pid != MyProcPid)
+		return false;
+	pg_read_barrier();
+	return shared->monitor.guard_engaged && !my_slot->guard_working &&
+		pg_atomic_read_u64(&my_slot->guard_limit) != GM_NO_LIMIT;
 }
 
 /* The monitor: the count of statement starts in slot slotno. */
