@@ -11,7 +11,7 @@
 # memory" (10 of 10 at 44 MB of headroom in issue 32's run).
 #
 # Needs a cgroup v1 memory directory writable by the test's user, named by
-# GM_TEST_CGROUP_V1.
+# GM_TEST_CGROUP_V1.  The measurements are printed (diag), passing or not.
 use strict;
 use warnings;
 use FindBin;
@@ -43,7 +43,7 @@ $node->safe_psql('postgres', 'CREATE EXTENSION glibc_malloc');
 # the guard not engaged.
 my $peak = $node->safe_psql('postgres', "SET work_mem = '1GB'; $sort; SELECT max(max_exec_peak_bytes) FROM glibc_malloc_statements");
 $peak = (split /\n/, $peak)[-1];
-note sprintf('the sort peaks at %.1f MB of executor memory', $peak / $MB);
+diag sprintf('the sort peaks at %.1f MB of executor memory', $peak / $MB);
 cmp_ok($peak, '>=', 15 * $MB, 'the sort is about 20 MB');
 
 # The pool: each session ran one query, and waits.
@@ -106,8 +106,8 @@ for my $q (1 .. $queries)
 	}
 	$s->{stderr} = '';
 }
-note "headroom at each start (MB): @headrooms";
-note "$queries sorts in previously idle sessions: $completed completed, $failed out of memory";
+diag "headroom at each start (MB): @headrooms";
+diag "$queries sorts in previously idle sessions: $completed completed, $failed out of memory";
 my $engaged = guard()->[0];
 is($engaged, 't', 'the guard is engaged');
 is($completed, $queries, "$queries of $queries sorts of about 20 MB, started in previously idle sessions, complete");

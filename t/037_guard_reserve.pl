@@ -15,7 +15,7 @@
 # what the reserve must cover.
 #
 # Needs a cgroup v1 memory directory writable by the test's user, named by
-# GM_TEST_CGROUP_V1.
+# GM_TEST_CGROUP_V1.  The measurements are printed (diag), passing or not.
 use strict;
 use warnings;
 use FindBin;
@@ -82,7 +82,7 @@ for my $try (1 .. 20)
 # The monitor asks the idle sessions for their free heap and limits them.
 sleep 3;
 my ($engaged, $usage, $target) = @{ guard() };
-note sprintf('usage %.0f MB, target %.0f MB: headroom %.0f MB', $usage / $MB, $target / $MB, ($target - $usage) / $MB);
+diag sprintf('usage %.0f MB, target %.0f MB: headroom %.0f MB', $usage / $MB, $target / $MB, ($target - $usage) / $MB);
 is($engaged, 't', 'the guard is engaged');
 my @before = map { vmdata($_) } @pids;
 my $offset = -s $node->logfile;
@@ -95,7 +95,7 @@ for my $s (@ls)
 	$ok++ if ($r // '') eq '1' && !$err;
 	$s->{stderr} = '';
 }
-note "SELECT 1 succeeded in $ok of $listeners idle listeners";
+diag "SELECT 1 succeeded in $ok of $listeners idle listeners";
 is($ok, $listeners, "SELECT 1 succeeds in all $listeners idle sessions");
 my @after1 = map { vmdata($_) } @pids;
 
@@ -111,7 +111,7 @@ for my $i (1 .. $notifies)
 	}
 	$sender->{stderr} = '';
 }
-note "$notifies NOTIFY + temporary-table DDL: $errors errors";
+diag "$notifies NOTIFY + temporary-table DDL: $errors errors";
 is($errors, 0, "$notifies NOTIFY with 7000-byte payloads and temporary-table DDL: no error");
 
 # Every listener gets every notification (psql prints them with its next
@@ -132,14 +132,14 @@ for my $i (0 .. $#pids)
 	$g1 = $after1[$i] - $before[$i] if $after1[$i] - $before[$i] > $g1;
 	$g2 = $after2[$i] - $before[$i] if $after2[$i] - $before[$i] > $g2;
 }
-note sprintf('largest VmData growth of a listener: %.0f kB for SELECT 1, %.0f kB after the notifications and the catalog catch-up', $g1 / 1024, $g2 / 1024);
+diag sprintf('largest VmData growth of a listener: %.0f kB for SELECT 1, %.0f kB after the notifications and the catalog catch-up', $g1 / 1024, $g2 / 1024);
 is($all, $listeners, "every listener got all $notifies notifications");
 is($alive, $listeners, 'and every listener is still connected');
 my $log = slurp_file($node->logfile, $offset);
 my @fatal = grep { /FATAL:/ } split /\n/, $log;
 is(scalar @fatal, 0, 'no FATAL') or diag join "\n", @fatal[ 0 .. ($#fatal < 4 ? $#fatal : 4) ];
 my $view = $node->safe_psql('postgres', 'SELECT reserve_bytes, reserve_shrunk FROM glibc_malloc_guard');
-note "glibc_malloc_guard: reserve_bytes|reserve_shrunk = $view";
+diag "glibc_malloc_guard: reserve_bytes|reserve_shrunk = $view";
 like($view, qr/^\d+\|[tf]$/, 'glibc_malloc_guard shows the reserve while engaged');
 is(oom_kills(), 0, 'the kernel OOM-killed nothing');
 unlike(slurp_file($node->logfile), qr/terminated by signal|all server processes terminated; reinitializing/, 'no restart');
