@@ -33,3 +33,45 @@ GRANT SELECT ON glibc_malloc_counters TO pg_read_all_stats;
 
 COMMENT ON VIEW glibc_malloc_counters IS
 'Releases, trims and out-of-memory errors of every process since the server started, exited processes included';
+
+-- glibc_malloc_guard gains the reserve for small work each guarded backend
+-- gets on top of its share of the budget, and whether the reserves of all
+-- were shrunk to fit the guard's margin (NULL while the guard is not
+-- engaged).
+DROP VIEW glibc_malloc_guard;
+DROP FUNCTION glibc_malloc_guard();
+
+CREATE FUNCTION glibc_malloc_guard(
+    OUT enabled boolean,
+    OUT engaged boolean,
+    OUT limit_bytes bigint,
+    OUT usage_bytes bigint,
+    OUT target_bytes bigint,
+    OUT headroom_bytes bigint,
+    OUT limited_processes integer,
+    OUT rounds bigint,
+    OUT limits_lowered bigint,
+    OUT guard_errors bigint,
+    OUT max_backend_memory_errors bigint,
+    OUT last_action text,
+    OUT last_action_at timestamptz,
+    OUT reserve_bytes bigint,
+    OUT reserve_shrunk boolean)
+RETURNS record
+AS 'MODULE_PATHNAME', 'glibc_malloc_guard'
+LANGUAGE C STRICT VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION glibc_malloc_guard() IS
+'The memory guard: the headroom it keeps, the limits it lowered, the errors they caused, the reserve for small work';
+
+REVOKE ALL ON FUNCTION glibc_malloc_guard() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION glibc_malloc_guard() TO pg_read_all_stats;
+
+CREATE VIEW glibc_malloc_guard AS
+  SELECT * FROM glibc_malloc_guard();
+
+REVOKE ALL ON glibc_malloc_guard FROM PUBLIC;
+GRANT SELECT ON glibc_malloc_guard TO pg_read_all_stats;
+
+COMMENT ON VIEW glibc_malloc_guard IS
+'The memory guard: the headroom it keeps, the limits it lowered, the errors they caused, the reserve for small work';

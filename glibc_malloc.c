@@ -365,6 +365,8 @@ static void
 gm_ExecutorStart(QueryDesc *queryDesc, int eflags)
 {
 	oom_counted = false;
+	if (nesting == 0)
+		gm_guard_top_statement_start();
 	statement_start();
 	gm_doctor_statement_start(queryDesc);
 	gm_statements_executor_start(queryDesc, eflags, nesting);
@@ -607,6 +609,8 @@ gm_ProcessUtility(GM_PU_ARGS)
 	bool		nests;
 
 	oom_counted = false;
+	if (nesting == 0)
+		gm_guard_top_statement_start();
 	gm_guard_apply();
 	nests = gm_statements_utility_start(pstmt, nesting, &mark);
 	if (nests)

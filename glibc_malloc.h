@@ -19,6 +19,8 @@
  *						the callback it is given
  *	4. shmem.c			every process's snapshot in shared memory, the views,
  *						remote trim, and glibc_malloc.stats_interval
+ *	   guard_policy.c	the memory guard's decisions, a pure function of a
+ *						snapshot (no I/O, calls nothing of the module)
  *	5. stats.c			SQL functions about the calling backend
  *	   doctor.c			what every backend's memory is and what would free it
  *						(glibc_malloc_doctor), and the statement log
@@ -236,6 +238,9 @@ typedef struct GmMonitorState
 	int64		guard_lowered;	/* limits lowered */
 	char		guard_last_action[GM_MONITOR_TEXT];
 	TimestampTz guard_last_action_at;	/* 0 = none yet */
+	int64		guard_reserve;	/* each guarded process's reserve; -1 */
+	bool		guard_reserve_shrunk;	/* all did not fit the margin */
+	struct Latch *guard_latch;	/* the monitor's, for statement starts; NULL */
 } GmMonitorState;
 
 /* 1. allocator.c */
@@ -324,12 +329,78 @@ extern int64 gm_shmem_my_guard_limit(void);
 extern bool gm_shmem_limits(int slotno, int pid, int64 *orig, int64 *own, int64 *guard, bool *guarded);
 extern int64 gm_shmem_set_guard_limit(int slotno, int pid, int64 limit);
 extern int64 gm_shmem_slot_own_limit(int slotno);
+extern bool gm_shmem_guard_statement_start(void);
+extern bool gm_shmem_guard_counts_idle(void);
+extern uint32 gm_shmem_guard_starts(int slotno);
+extern void gm_shmem_set_guard_working(int slotno, bool working);
 extern int64 gm_shmem_guard_engaged_at(void);
 extern void gm_shmem_count_oom(bool guard);
 extern void gm_shmem_tell_leader_limit_oom(void);
 extern bool gm_shmem_take_worker_limit_oom(void);
 extern void gm_shmem_count_oom_error(void);
 extern void gm_shmem_oom_counts(int64 *cap, int64 *guard);
+
+/* 4. guard_policy.c */
+/* A process's growth not measured yet. */
+#define GM_GROWTH_UNKNOWN	PG_INT64_MIN
+
+/* The guard's levels for one cgroup limit, bytes. */
+typedef struct GmGuardLevels
+{
+	int64		target;			/* the usage the guard keeps the server under */
+	int64		engage;			/* limits are set from this usage ... */
+	int64		release;		/* ... and lifted below this one */
+	int64		margin;			/* the limit minus the target */
+} GmGuardLevels;
+
+/* What the policy is given about the server. */
+typedef struct GmGuardInput
+{
+	int64		limit;			/* the cgroup's limit; <= 0: none */
+	int64		usage;			/* its usage; -1 = unknown */
+	bool		engaged;		/* the guard was engaged before this look */
+	int64		asked_pending;	/* free heap asked for, not returned yet */
+} GmGuardInput;
+
+/* One guarded process: what was read of it, then what the policy decided. */
+typedef struct GmGuardProc
+{
+	int			slot;			/* the caller's, carried through */
+	int			pid;			/* the caller's, carried through */
+	int64		vmdata;			/* VmData */
+	int64		rss;			/* RssAnon */
+	int64		growth;			/* VmData's growth over the last window */
+	int64		grown;			/* and since the current window began */
+	bool		waits_for_client;	/* idle, or idle in a transaction */
+	bool		started;		/* a statement started since the last look */
+	int64		cur_limit;		/* the guard's limit now; GM_NO_LIMIT = none */
+	/* the decision */
+	bool		working;
+	int64		allow;			/* it may map this much more, from the budget */
+	int64		reserve;		/* ... and this much, from the margin */
+	int64		limit;			/* vmdata + allow + reserve; GM_NO_LIMIT */
+	bool		set;			/* set limit (else only if cur_limit is not
+								 * in force) */
+	bool		lowered;		/* set, and lower than cur_limit */
+} GmGuardProc;
+
+/* What the policy decided about the server. */
+typedef struct GmGuardDecision
+{
+	bool		engaged;		/* after this look */
+	GmGuardLevels levels;		/* zeroes without a limit */
+	int64		headroom;		/* up to the target; -1 = not engaged */
+	int64		budget;			/* what the processes may map together */
+	int			nworking;
+	int64		reserve;		/* each process's reserve */
+	int64		reserve_wanted; /* what it would be if all fitted the margin */
+	bool		reserve_shrunk; /* reserve < reserve_wanted */
+} GmGuardDecision;
+
+extern void gm_guard_levels(int64 limit, GmGuardLevels *lv);
+extern bool gm_guard_engaged_after(int64 limit, int64 usage, bool engaged);
+extern bool gm_guard_measure(int64 limit, int64 usage, bool engaged);
+extern void gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecision *out);
 
 /* 5. monitor.c */
 extern void gm_monitor_define_gucs(void);
@@ -339,6 +410,7 @@ extern void gm_monitor_register(void);
 extern void gm_guard_define_gucs(void);
 extern void gm_guard_apply(void);
 extern void gm_guard_statement_start(void);
+extern void gm_guard_top_statement_start(void);
 /* What gm_guard_count_oom found. */
 typedef enum GmOomKind
 {

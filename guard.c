@@ -50,6 +50,9 @@
 /* An out-of-memory this soon after the guard's last limits is the guard's. */
 #define GM_GUARD_RECENT_USEC	(1000 * 1000)
 
+/* A statement start waits at most this long for the guard's next look. */
+#define GM_GUARD_START_WAIT_MS	30
+
 /* GUC glibc_malloc.max_backend_memory, kB; -1 = off. */
 static int	max_backend_memory = -1;
 
@@ -134,6 +137,25 @@ gm_guard_statement_start(void)
 	if (IsParallelWorker())
 		gm_shmem_claim();
 	gm_guard_apply();
+}
+
+/*
+ * A top-level statement starts.  While the memory guard limits this
+ * process and counted it as idle (a limit of its VmData, its reserve and
+ * what it grew), tell the monitor, and wait for its next look (at most
+ * GM_GUARD_START_WAIT_MS), which counts it as working and raises its limit
+ * to a working share before the executor allocates.  Otherwise a flag test.
+ */
+void
+gm_guard_top_statement_start(void)
+{
+	if (!gm_shmem_guard_statement_start())
+		return;
+	for (int i = 0; i < GM_GUARD_START_WAIT_MS && gm_shmem_guard_counts_idle(); i++)
+	{
+		CHECK_FOR_INTERRUPTS();
+		pg_usleep(1000L);
+	}
 }
 
 /*

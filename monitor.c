@@ -92,25 +92,14 @@ PGDLLEXPORT void glibc_malloc_monitor_main(Datum arg);
 #define GM_MONITOR_LOG_MS		10000	/* log rounds of one episode this often */
 
 /*
- * The memory guard (glibc_malloc.memory_guard).  From guard_engage() of
- * the limit on, it gives every guarded process (gm_guarded_process) a soft
- * RLIMIT_DATA with prlimit(2), so that together they cannot add more than
- * the headroom up to the target (guard_target) before the next tick;
- * GM_GUARD_RELEASE below that it lifts them.  See guard_tick for the policy.
+ * The memory guard (glibc_malloc.memory_guard): from its engage level on
+ * (guard_policy.c has the levels and the policy), it gives every guarded
+ * process (gm_guarded_process) a soft RLIMIT_DATA with prlimit(2), so that
+ * together they cannot add more than the headroom up to the target before
+ * the next look.  The monitor reads, calls the policy, and sets the limits.
  */
-#define GM_GUARD_RESERVE	0.05	/* the target: at least this much of the
-									 * limit below it ... */
-#define GM_GUARD_MARGIN		(64 * MB)	/* ... or this much ... */
-#define GM_GUARD_MAX_RESERVE 0.15	/* ... but no more than this much */
-#define GM_GUARD_ENGAGE		0.20	/* set limits this much of the limit
-									 * below the target ... */
-#define GM_GUARD_RELEASE	0.05	/* ... and lift them this much below that */
-#define GM_GUARD_FLOOR		(32 * MB)	/* a process not working may add this,
-										 * while half the budget covers it */
-#define GM_GUARD_GROWING	MB		/* grew this much in a window: working */
-#define GM_GUARD_SLACK		(4 * MB)	/* smaller raises wait, while the limit
-										 * leaves this much above VmData */
 #define GM_GUARD_TICK_MS	50		/* how often the monitor looks while engaged */
+#define GM_GUARD_WAKE_MS	10		/* statement starts wake it at most this often */
 
 /* GUCs (SIGHUP: the monitor is server-wide policy). */
 static bool memory_guard = true;
@@ -201,27 +190,15 @@ typedef struct GmGuarded
 	int64		ref_vmdata;		/* its VmData at ref_at */
 	int64		ref_at;			/* monotonic */
 	int64		growth;			/* over the last window; GM_GROWTH_UNKNOWN */
+	uint32		starts;			/* the slot's statement starts seen */
 } GmGuarded;
 
-#define GM_GROWTH_UNKNOWN	PG_INT64_MIN
-
-/* One candidate of a tick. */
-typedef struct GmGuardCand
-{
-	int			slot;
-	int			pid;
-	int64		vmdata;
-	int64		rss;			/* RssAnon */
-	int64		growth;			/* VmData's growth in the last window */
-	int64		allow;			/* what it may map more: this tick's grant */
-	bool		growing;
-} GmGuardCand;
-
 static GmGuarded *guarded = NULL;
-static GmGuardCand *cands = NULL;
+static GmGuardProc *cands = NULL;
 static bool guard_engaged = false;
 static int64 guard_last_log = 0;	/* monotonic */
 static int	guard_quiet_rounds = 0;	/* tightening rounds not logged yet */
+static bool guard_shrunk_logged = false;	/* this episode's shrunk reserve */
 
 /* Read a small file into buf (NUL-terminated); false if it cannot be read. */
 static bool
@@ -815,35 +792,6 @@ guard_lift_all(void)
 			(void) guard_set(i, guarded[i].pid, GM_NO_LIMIT);
 }
 
-/*
- * The usage the guard keeps the server under: at least GM_GUARD_RESERVE of
- * the limit below it, and up to GM_GUARD_MARGIN (at most
- * GM_GUARD_MAX_RESERVE of the limit) when that is more: the kernel needs
- * room to reclaim file pages before it kills.
- */
-static int64
-guard_target(int64 limit)
-{
-	int64		reserve = Max((int64) (GM_GUARD_RESERVE * limit),
-							  Min(GM_GUARD_MARGIN, (int64) (GM_GUARD_MAX_RESERVE * limit)));
-
-	return limit - reserve;
-}
-
-/* The usage from which the guard sets limits: GM_GUARD_ENGAGE below the target. */
-static int64
-guard_engage(int64 limit)
-{
-	return guard_target(limit) - (int64) (GM_GUARD_ENGAGE * limit);
-}
-
-/* The usage below which the engaged guard lifts its limits. */
-static int64
-guard_release(int64 limit)
-{
-	return guard_engage(limit) - (int64) (GM_GUARD_RELEASE * limit);
-}
-
 /* Whether the guard can act on these limits (a cgroup's, read). */
 static bool
 guard_active(const GmLimits *l)
@@ -860,8 +808,7 @@ guard_active(const GmLimits *l)
 static bool
 guard_engaged_after(const GmLimits *l)
 {
-	return guard_active(l) &&
-		l->usage >= (guard_engaged ? guard_release(l->limit) : guard_engage(l->limit));
+	return guard_active(l) && gm_guard_engaged_after(l->limit, l->usage, guard_engaged);
 }
 
 /* The free heap asked for and not returned yet, within the grace period. */
@@ -877,42 +824,12 @@ asked_pending(void)
 	return bytes;
 }
 
-/* qsort: smallest VmData first. */
-static int
-cmp_vmdata_asc(const void *a, const void *b)
-{
-	int64		x = ((const GmGuardCand *) a)->vmdata;
-	int64		y = ((const GmGuardCand *) b)->vmdata;
-
-	return (x > y) - (x < y);
-}
-
 /*
- * The memory guard, once per tick, with the limits just read.
- *
- * Engaged from guard_engage() until GM_GUARD_RELEASE of the limit below
- * it; while engaged the monitor looks every GM_GUARD_TICK_MS.  The
- * headroom is what the server may add before guard_target().  What the
- * working processes have mapped but not resident (VmData minus RssAnon:
- * heap a trim returned, chunks not touched yet) can become resident
- * without a new mapping, which no limit stops: it comes off the headroom
- * first; the free heap the monitor asked for (it asks while the guard is
- * engaged, from the look that engages it) and was not returned yet counts
- * as headroom; the rest is the
- * budget for new mappings until the next look.
- * Processes that did not grow over the last window (not working) may map
- * GM_GUARD_FLOOR more each, from at most half of the budget.  Working
- * processes share the rest, the smallest first: each in turn may map twice
- * its last window's growth, while the budget lasts; what is left then goes
- * half to the smallest, a quarter to the next, and so on, the largest
- * getting the remainder (all of it when it works alone).  When the budget
- * runs short, the largest and fastest-growing are thus the first to get
- * "out of memory", which is what frees the most: one runaway query fails,
- * the small ones go on, and of equal queries as many complete as the
- * budget allows.  At the target the budget is 0: no guarded process may
- * map more.  Limits are never set below what a process has mapped; a
- * raise smaller than GM_GUARD_SLACK waits while the limit leaves at least
- * that much room (a lowering never waits).
+ * The memory guard, once per tick, with the limits just read: measure the
+ * guarded processes (VmData, RssAnon, growth over windows of
+ * GM_MONITOR_TICK_MS, whether they wait for their client), ask the policy
+ * (gm_guard_policy), set the limits it decided, log and publish.  While
+ * engaged the monitor looks every GM_GUARD_TICK_MS.
  */
 static void
 guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
@@ -921,48 +838,27 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 	int64		mono = gm_monotonic_usec();
 	bool		active = guard_active(l);
 	double		frac = active ? (double) l->usage / l->limit : 0;
-	int64		release = active ? guard_release(l->limit) : 0;
-	int64		headroom = -1;
+	bool		was_engaged = guard_engaged;
+	GmGuardInput in;
+	GmGuardDecision d;
 	int			ncand = 0;
-	int			ngrowing = 0;
 	int			limited = 0;
 	int			lowered = 0;
 	char		b1[32],
 				b2[32],
 				b3[32];
 
-	if (!guard_engaged && guard_engaged_after(l))
-	{
-		guard_engaged = true;
-		ereport(LOG,
-				(errmsg("glibc_malloc memory guard: limiting backends' private memory: %s usage %s is %.0f%% of the %s limit",
-						limit_source_names[l->source], fmt_bytes(b1, sizeof(b1), l->usage), 100 * frac,
-						fmt_bytes(b2, sizeof(b2), l->limit)),
-				 errdetail_internal("The guard keeps the usage below %s, and lifts its limits below %s.",
-									fmt_bytes(b3, sizeof(b3), guard_target(l->limit)),
-									fmt_bytes(b1, sizeof(b1), release))));
-	}
-	else if (guard_engaged && !guard_engaged_after(l))
-	{
-		guard_engaged = false;
-		guard_lift_all();
-		if (active)
-			ereport(LOG,
-					(errmsg("glibc_malloc memory guard: limits lifted: %s usage %s is %.0f%% of the %s limit",
-							limit_source_names[l->source], fmt_bytes(b1, sizeof(b1), l->usage), 100 * frac,
-							fmt_bytes(b2, sizeof(b2), l->limit))));
-	}
-
 	/*
-	 * The candidates, with their VmData now: also in the last tenth before
-	 * engaging, so that the first engaged tick knows who is growing.
+	 * The candidates, with their VmData now: also in the last stretch
+	 * before engaging, so that the first engaged look knows who is growing.
 	 */
-	for (int i = 0; i < n && (guard_engaged || (active && l->usage >= release - (int64) (GM_GUARD_RELEASE * l->limit))); i++)
+	for (int i = 0; i < n && active && gm_guard_measure(l->limit, l->usage, guard_engaged); i++)
 	{
 		const GmSnapshot *s = &snaps[i];
 		GmGuarded  *g = &guarded[s->slot];
-		GmGuardCand *c;
+		GmGuardProc *c;
 		int64		vm;
+		uint32		starts;
 
 		if (!s->guarded || s->pid == 0)
 			continue;
@@ -979,8 +875,7 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 		/*
 		 * Growth over the last window of GM_MONITOR_TICK_MS: ticks are 50
 		 * ms while engaged, too short to tell a working process.  Unknown
-		 * for a process not measured lately (the usage jumped): it may be
-		 * working.
+		 * for a process not measured lately (the usage jumped).
 		 */
 		if (g->ref_pid != s->pid || mono - g->ref_at > (int64) 2 * GM_MONITOR_TICK_MS * 1000)
 		{
@@ -995,105 +890,84 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 			g->ref_vmdata = vm;
 			g->ref_at = mono;
 		}
-		/*
-		 * Working: grew over the last window, or since it began; a process
-		 * not measured lately (the usage jumped) has no growth yet, and is
-		 * working if it runs a statement (not waiting for its client).
-		 */
-		c->growth = g->growth == GM_GROWTH_UNKNOWN ? 0 : Max(g->growth, 0);
-		c->growing = (g->growth == GM_GROWTH_UNKNOWN && !gm_shmem_waits_for_client(s)) ||
-			(g->growth != GM_GROWTH_UNKNOWN && g->growth >= GM_GUARD_GROWING) ||
-			vm - g->ref_vmdata >= GM_GUARD_GROWING;
-		c->allow = 0;
-		if (c->growing)
-			ngrowing++;
+		c->growth = g->growth;
+		c->grown = vm - g->ref_vmdata;
+		c->waits_for_client = gm_shmem_waits_for_client(s);
+		/* A statement started since the last look: working at once. */
+		starts = gm_shmem_guard_starts(s->slot);
+		c->started = starts != g->starts;
+		g->starts = starts;
+		c->cur_limit = g->pid == s->pid ? g->limit : GM_NO_LIMIT;
+	}
+
+	in.limit = active ? l->limit : -1;
+	in.usage = active ? l->usage : -1;
+	in.engaged = guard_engaged;
+	in.asked_pending = asked_pending();
+	gm_guard_policy(&in, cands, ncand, &d);
+	guard_engaged = d.engaged;
+
+	if (!was_engaged && guard_engaged)
+		ereport(LOG,
+				(errmsg("glibc_malloc memory guard: limiting backends' private memory: %s usage %s is %.0f%% of the %s limit",
+						limit_source_names[l->source], fmt_bytes(b1, sizeof(b1), l->usage), 100 * frac,
+						fmt_bytes(b2, sizeof(b2), l->limit)),
+				 errdetail_internal("The guard keeps the usage below %s, and lifts its limits below %s.",
+									fmt_bytes(b3, sizeof(b3), d.levels.target),
+									fmt_bytes(b1, sizeof(b1), d.levels.release))));
+	else if (was_engaged && !guard_engaged)
+	{
+		guard_lift_all();
+		if (active)
+			ereport(LOG,
+					(errmsg("glibc_malloc memory guard: limits lifted: %s usage %s is %.0f%% of the %s limit",
+							limit_source_names[l->source], fmt_bytes(b1, sizeof(b1), l->usage), 100 * frac,
+							fmt_bytes(b2, sizeof(b2), l->limit))));
+	}
+
+	if (!guard_engaged)
+		guard_shrunk_logged = false;
+	else if (d.reserve_shrunk && !guard_shrunk_logged)
+	{
+		ereport(LOG,
+				(errmsg("glibc_malloc memory guard: the reserve for small work is shrunk to %s per backend",
+						fmt_bytes(b1, sizeof(b1), d.reserve)),
+				 errdetail_internal("The reserves of %d backends (%s each) do not fit in half of the guard's %s margin; small statements, catalog catch-up and NOTIFY delivery may get \"out of memory\".",
+									ncand, fmt_bytes(b2, sizeof(b2), d.reserve_wanted),
+									fmt_bytes(b3, sizeof(b3), d.levels.margin))));
+		guard_shrunk_logged = true;
 	}
 
 	if (guard_engaged)
 	{
-		int64		budget;
-
-		/*
-		 * What is mapped but not resident (heap a trim gave back, a chunk
-		 * not touched yet) becomes resident without a new mapping, which no
-		 * limit stops: it comes off the headroom first.
-		 */
-		headroom = Max(guard_target(l->limit) - l->usage, 0);
-		budget = headroom;
 		for (int i = 0; i < ncand; i++)
 		{
-			/*
-			 * Working processes reuse what they have mapped but not
-			 * resident first.  Those not working hold it too (heap a trim
-			 * gave back), but would only reuse it when they run a query:
-			 * not reserved.  The free heap the monitor asked for and was
-			 * not returned yet (it asks while the guard is engaged, from
-			 * the look that engages it) comes back: it counts as headroom.
-			 */
-			if (cands[i].growing)
-				budget -= Max(cands[i].vmdata - cands[i].rss, 0);
-		}
-		budget += asked_pending();
-		budget = Max(budget, 0);
-		qsort(cands, ncand, sizeof(GmGuardCand), cmp_vmdata_asc);
-		/* The others: the floor, from at most half of the budget ... */
-		if (ncand > ngrowing)
-		{
-			int64		each = Min(GM_GUARD_FLOOR, budget / 2 / (ncand - ngrowing));
-
-			for (int i = 0; i < ncand; i++)
-				if (!cands[i].growing)
-					cands[i].allow = each;
-			budget -= each * (ncand - ngrowing);
-		}
-		/* ... working processes, smallest first: twice their last growth ... */
-		for (int i = 0; i < ncand; i++)
-		{
-			if (!cands[i].growing)
-				continue;
-			cands[i].allow = Min(2 * cands[i].growth, budget);
-			budget -= cands[i].allow;
-		}
-		/*
-		 * ... and then half of what is left, a quarter, and so on; the
-		 * largest gets what remains (all of it, if it works alone).
-		 */
-		for (int i = 0, seen = 0; i < ncand; i++)
-		{
-			if (!cands[i].growing)
-				continue;
-			if (++seen < ngrowing)
-			{
-				cands[i].allow += budget / 2;
-				budget -= budget / 2;
-			}
-			else
-				cands[i].allow += budget;
-		}
-		for (int i = 0; i < ncand; i++)
-		{
-			GmGuardCand *c = &cands[i];
-			GmGuarded  *g = &guarded[c->slot];
-			int64		want = c->vmdata + c->allow;
+			GmGuardProc *c = &cands[i];
 			int64		orig,
 						own,
 						cur,
 						soft,
 						hard;
 
-			if (g->pid == c->pid && g->limit != GM_NO_LIMIT &&
-				want >= g->limit && want - g->limit < GM_GUARD_SLACK &&
-				g->limit - c->vmdata >= GM_GUARD_SLACK &&
+			/* A small raise waits while the limit in force leaves room. */
+			if (!c->set &&
 				gm_shmem_limits(c->slot, c->pid, &orig, &own, &cur, NULL) &&
 				gm_data_limit(c->pid, &soft, &hard) && soft == Min(orig, Min(own, cur)))
+				limited++;
+			else
 			{
-				limited++;
-				continue;		/* close enough, and in force */
+				if (c->lowered)
+					lowered++;
+				if (guard_set(c->slot, c->pid, c->limit))
+					limited++;
 			}
-			if (g->pid != c->pid || g->limit == GM_NO_LIMIT || want < g->limit)
-				lowered++;
-			if (guard_set(c->slot, c->pid, want))
-				limited++;
+
+			/*
+			 * Once its limit is set: a statement that starts in it wakes the
+			 * monitor (and waits for this) only while it counts as idle.
+			 */
+			pg_write_barrier();
+			gm_shmem_set_guard_working(c->slot, c->working);
 		}
 		if (lowered > 0)
 		{
@@ -1103,8 +977,8 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 			st->guard_lowered += lowered;
 			snprintf(st->guard_last_action, sizeof(st->guard_last_action),
 					 "lowered %d %s: headroom %s, %d working, usage %s of %s",
-					 lowered, lowered == 1 ? "limit" : "limits", fmt_bytes(b1, sizeof(b1), headroom),
-					 ngrowing, fmt_bytes(b2, sizeof(b2), l->usage), fmt_bytes(b3, sizeof(b3), l->limit));
+					 lowered, lowered == 1 ? "limit" : "limits", fmt_bytes(b1, sizeof(b1), d.headroom),
+					 d.nworking, fmt_bytes(b2, sizeof(b2), l->usage), fmt_bytes(b3, sizeof(b3), l->limit));
 			st->guard_last_action_at = GetCurrentTimestamp();
 			pg_write_barrier();
 			st->changecount++;
@@ -1127,8 +1001,10 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 	st->guard_engaged = guard_engaged;
 	if (guard_engaged)
 		st->guard_engaged_at = mono;
-	st->guard_headroom = headroom;
+	st->guard_headroom = d.headroom;
 	st->guard_limited = guard_engaged ? limited : 0;
+	st->guard_reserve = guard_engaged ? d.reserve : -1;
+	st->guard_reserve_shrunk = guard_engaged && d.reserve_shrunk;
 	pg_write_barrier();
 	st->changecount++;
 }
@@ -1207,7 +1083,11 @@ monitor_tick(void)
 	 */
 	if (monitor_enabled && need <= 0 && guard_engaged_after(&l))
 	{
-		int64		release = guard_release(l.limit);
+		GmGuardLevels lv;
+		int64		release;
+
+		gm_guard_levels(l.limit, &lv);
+		release = lv.release;
 
 		if (l.usage > release)
 		{
@@ -1216,7 +1096,7 @@ monitor_tick(void)
 			snprintf(why, sizeof(why), "%s memory usage %s is %.0f%% of its %s limit (the memory guard acts from %.0f%%)",
 					 limit_source_names[l.source], fmt_bytes(b1, sizeof(b1), l.usage),
 					 100.0 * l.usage / l.limit, fmt_bytes(b2, sizeof(b2), l.limit),
-					 100.0 * guard_engage(l.limit) / l.limit);
+					 100.0 * lv.engage / l.limit);
 		}
 	}
 	if (monitor_enabled && need <= 0 && monitor_psi > 0 && l.psi >= monitor_psi &&
@@ -1278,6 +1158,7 @@ monitor_exit(int code, Datum arg)
 	pg_write_barrier();
 	st->pid = 0;
 	st->guard_engaged = false;
+	st->guard_latch = NULL;
 	pg_write_barrier();
 	st->changecount++;
 }
@@ -1298,14 +1179,20 @@ glibc_malloc_monitor_main(Datum arg)
 	asked = MemoryContextAllocZero(TopMemoryContext, sizeof(GmAsked) * nslots);
 	live = MemoryContextAlloc(TopMemoryContext, sizeof(int) * nslots);
 	guarded = MemoryContextAllocZero(TopMemoryContext, sizeof(GmGuarded) * nslots);
-	cands = MemoryContextAlloc(TopMemoryContext, sizeof(GmGuardCand) * nslots);
+	cands = MemoryContextAlloc(TopMemoryContext, sizeof(GmGuardProc) * nslots);
 	for (int i = 0; i < nslots; i++)
 		guarded[i].ref_pid = 0;
 	/* A restarted monitor goes on counting. */
 	returned_total = gm_shmem_monitor()->returned_bytes;
+	/* Statement starts wake it while the guard is engaged. */
+	gm_shmem_monitor()->guard_latch = MyLatch;
 
 	for (;;)
 	{
+		int64		looked;
+		int			rc;
+
+		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending)
 		{
@@ -1313,10 +1200,23 @@ glibc_malloc_monitor_main(Datum arg)
 			ProcessConfigFile(PGC_SIGHUP);
 		}
 		monitor_tick();
+		looked = gm_monotonic_usec();
 		/* Faster while the guard's limits are set: they follow the usage. */
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 guard_engaged ? GM_GUARD_TICK_MS : GM_MONITOR_TICK_MS, PG_WAIT_EXTENSION);
-		ResetLatch(MyLatch);
+		rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					   guard_engaged ? GM_GUARD_TICK_MS : GM_MONITOR_TICK_MS, PG_WAIT_EXTENSION);
+
+		/*
+		 * Woken by a statement start (or a signal): look again at once, but
+		 * not more often than every GM_GUARD_WAKE_MS, so that many short
+		 * statements cannot make the monitor look without pause.
+		 */
+		if ((rc & WL_LATCH_SET) && guard_engaged)
+		{
+			int64		gap_ms = GM_GUARD_WAKE_MS - (gm_monotonic_usec() - looked) / 1000;
+
+			if (gap_ms > 0)
+				(void) WaitLatch(NULL, WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, gap_ms, PG_WAIT_EXTENSION);
+		}
 	}
 }
 
@@ -1434,7 +1334,8 @@ monitor_state_for_sql(FunctionCallInfo fcinfo, GmMonitorState *c, TupleDesc *tup
 				 errmsg("glibc_malloc must be loaded via shared_preload_libraries to run the memory monitor")));
 	if (get_call_result_type(fcinfo, NULL, tupdesc) != TYPEFUNC_COMPOSITE)
 		elog(ERROR, "return type must be a row type");
-	if ((*tupdesc)->natts != natts)
+	/* natts < 0: the caller checks (a function whose columns grew). */
+	if (natts >= 0 && (*tupdesc)->natts != natts)
 		elog(ERROR, "incorrect number of output arguments");
 	for (;;)
 	{
@@ -1506,14 +1407,19 @@ glibc_malloc_guard(PG_FUNCTION_ARGS)
 {
 	GmMonitorState c;
 	TupleDesc	tupdesc;
-	Datum		values[13];
-	bool		nulls[13] = {0};
+	Datum		values[15];
+	bool		nulls[15] = {0};
 	int64		cap_errors;
 	int64		guard_errors;
 	int			j = 0;
+	GmGuardLevels lv;
 
-	monitor_state_for_sql(fcinfo, &c, &tupdesc, lengthof(values));
+	/* 13 columns before 1.7 (no reserve_bytes, reserve_shrunk). */
+	monitor_state_for_sql(fcinfo, &c, &tupdesc, -1);
+	if (tupdesc->natts != 13 && tupdesc->natts != 15)
+		elog(ERROR, "incorrect number of output arguments");
 	gm_shmem_oom_counts(&cap_errors, &guard_errors);
+	gm_guard_levels(c.limit_bytes, &lv);
 
 	values[j] = BoolGetDatum(c.guard_enabled);
 	nulls[j++] = c.checked_at == 0;
@@ -1522,7 +1428,7 @@ glibc_malloc_guard(PG_FUNCTION_ARGS)
 	nulls[j++] = c.limit_bytes < 0 || c.checked_at == 0;
 	values[j] = Int64GetDatum(c.usage_bytes);
 	nulls[j++] = c.usage_bytes < 0 || c.checked_at == 0;
-	values[j] = Int64GetDatum(guard_target(c.limit_bytes));
+	values[j] = Int64GetDatum(lv.target);
 	nulls[j++] = c.limit_bytes < 0 || c.checked_at == 0 || strncmp(c.source, "cgroup", 6) != 0;
 	values[j] = Int64GetDatum(c.guard_headroom);
 	nulls[j++] = c.guard_headroom < 0 || !c.guard_engaged;
@@ -1535,7 +1441,14 @@ glibc_malloc_guard(PG_FUNCTION_ARGS)
 	nulls[j++] = c.guard_last_action_at == 0;
 	values[j] = TimestampTzGetDatum(c.guard_last_action_at);
 	nulls[j++] = c.guard_last_action_at == 0;
-	Assert(j == lengthof(values));
+	if (tupdesc->natts == 15)
+	{
+		values[j] = Int64GetDatum(c.guard_reserve);
+		nulls[j++] = !c.guard_engaged || c.guard_reserve < 0;
+		values[j] = BoolGetDatum(c.guard_reserve_shrunk);
+		nulls[j++] = !c.guard_engaged;
+	}
+	Assert(j == tupdesc->natts);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }
 

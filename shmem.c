@@ -92,6 +92,15 @@ typedef struct GmSlot
 	 * again: the workers add, the leader takes.
 	 */
 	pg_atomic_uint32 worker_limit_oom;
+
+	/*
+	 * The memory guard's view of the process: whether its last look counted
+	 * it as working (the monitor writes it), and the top-level statements
+	 * that started while it did not (the owner counts them, and wakes the
+	 * monitor).
+	 */
+	bool		guard_working;
+	pg_atomic_uint32 guard_starts;
 } GmSlot;
 
 typedef struct GmShared
@@ -165,6 +174,7 @@ gm_shmem_startup(void)
 			pg_atomic_init_u64(&shared->slots[i].own_limit, GM_NO_LIMIT);
 			pg_atomic_init_u64(&shared->slots[i].guard_limit, GM_NO_LIMIT);
 			pg_atomic_init_u32(&shared->slots[i].worker_limit_oom, 0);
+			pg_atomic_init_u32(&shared->slots[i].guard_starts, 0);
 		}
 		pg_atomic_init_u64(&shared->oom_errors[0], 0);
 		pg_atomic_init_u64(&shared->oom_errors[1], 0);
@@ -278,6 +288,7 @@ claim_slot(void)
 		pg_atomic_write_u64(&slot->guard_limit, GM_NO_LIMIT);
 	}
 	pg_atomic_write_u32(&slot->worker_limit_oom, 0);
+	slot->guard_working = false;
 	slot->changecount++;
 	pg_write_barrier();
 	memset(&slot->snap, 0, sizeof(slot->snap));
@@ -850,6 +861,54 @@ gm_shmem_set_guard_limit(int slotno, int pid, int64 limit)
 	orig = (int64) pg_atomic_read_u64(&slot->orig_limit);
 	own = (int64) pg_atomic_read_u64(&slot->own_limit);
 	return Min(orig, Min(own, limit));
+}
+
+/*
+ * A top-level statement starts in this process: while the memory guard
+ * limits it and its last look did not count it as working, count the start
+ * in the slot, wake the monitor, and return true (the caller may wait for
+ * the look).  Otherwise a flag test or two, and false.
+ */
+bool
+gm_shmem_guard_statement_start(void)
+{
+	struct Latch *latch;
+
+	if (!gm_shmem_guard_counts_idle())
+		return false;
+	pg_atomic_fetch_add_u32(&my_slot->guard_starts, 1);
+	latch = shared->monitor.guard_latch;
+	if (latch != NULL)
+		SetLatch(latch);
+	return true;
+}
+
+/*
+ * Whether the memory guard limits this process and its last look counted
+ * it as not working.
+ */
+bool
+gm_shmem_guard_counts_idle(void)
+{
+	if (shared == NULL || my_slot == NULL || my_slot_pid != MyProcPid)
+		return false;
+	pg_read_barrier();
+	return shared->monitor.guard_engaged && !my_slot->guard_working &&
+		pg_atomic_read_u64(&my_slot->guard_limit) != GM_NO_LIMIT;
+}
+
+/* The monitor: the count of statement starts in slot slotno. */
+uint32
+gm_shmem_guard_starts(int slotno)
+{
+	return pg_atomic_read_u32(&shared->slots[slotno].guard_starts);
+}
+
+/* The monitor: whether its last look counted the process in slotno as working. */
+void
+gm_shmem_set_guard_working(int slotno, bool working)
+{
+	shared->slots[slotno].guard_working = working;
 }
 
 /* The process's own limit in slot slotno (GM_NO_LIMIT: none). */

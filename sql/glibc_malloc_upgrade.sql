@@ -103,3 +103,6 @@ SELECT remote_trims >= 1 AS counted, idle_releases >= 0 AS idle, oom_errors >= 0
 SELECT has_table_privilege('public', 'glibc_malloc_counters', 'select') AS public_may_read,
        has_function_privilege('public', 'glibc_malloc_counters()', 'execute') AS public_may_call,
        has_table_privilege('pg_read_all_stats', 'glibc_malloc_counters', 'select') AS stats_may_read;
+-- glibc_malloc_guard gains the reserve for small work (NULL while the
+-- guard is not engaged).
+SELECT reserve_bytes, reserve_shrunk FROM glibc_malloc_guard;

@@ -1,0 +1,262 @@
+/*-------------------------------------------------------------------------
+ *
+ * guard_policy.c
+ *		The memory guard's decisions, as a pure function: from a snapshot
+ *		(the cgroup's limit and usage, each guarded process's VmData,
+ *		RssAnon, growth and whether it works) to each process's limit.
+ *
+ * No I/O, no globals, no PostgreSQL calls: monitor.c reads /proc and the
+ * cgroup, calls gm_guard_policy, and carries out what it decided (prlimit);
+ * t/035_guard_policy.pl compiles this file with a test driver and feeds it
+ * tables of snapshots, without a server or a cgroup.
+ *
+ * The levels, for a cgroup limit L: the target, the usage the guard keeps
+ * the server under, is L minus the margin (at least GM_GUARD_RESERVE of L,
+ * up to GM_GUARD_MARGIN when that is more, at most GM_GUARD_MAX_RESERVE of
+ * L): the kernel needs room to reclaim file pages before it kills.  The
+ * guard engages GM_GUARD_ENGAGE of L below the target and lifts its limits
+ * GM_GUARD_RELEASE of L below that.
+ *
+ * While engaged, the budget is the headroom up to the target, less what the
+ * working processes have mapped but not resident (it becomes resident
+ * without a new mapping, which no limit stops), plus the free heap asked
+ * for and not returned yet.  A process works when a statement started in
+ * it since the monitor's last look, when it runs one (it does not wait for
+ * its client), or when its VmData grew GM_GUARD_GROWING over the last
+ * window.  Processes not working may map twice their last growth, at most
+ * GM_GUARD_FLOOR each, from at most half of the budget; when none works
+ * they share all of it.  Working processes share the rest, the smallest
+ * first: each in turn may map twice its last window's growth while the
+ * budget lasts; what is left goes half to the smallest, a quarter to the
+ * next, and so on, the largest getting the remainder (all of it when it
+ * works alone).  What one class does not take goes to the other.
+ *
+ * On top of that every process may map its reserve (GM_GUARD_PROC_RESERVE):
+ * room for small work (SELECT 1, a login's first query, the catalog
+ * catch-up after a sinval reset, NOTIFY delivery at the idle point, where
+ * an ERROR becomes FATAL), kept in the margin: all reserves together take
+ * at most GM_GUARD_RESERVE_SHARE of it, and shrink when they do not fit
+ * (the decision says so).  A limit is thus never at a process's VmData.
+ *
+ * A raise smaller than GM_GUARD_SLACK is not worth a prlimit while the
+ * limit in force leaves at least that much room (a lowering always is).
+ *
+ *-------------------------------------------------------------------------
+ */
+#include "postgres.h"
+
+#include <stdlib.h>
+
+#include "glibc_malloc.h"
+
+#define MB ((int64) 1024 * 1024)
+
+#define GM_GUARD_RESERVE	0.05	/* the margin: at least this much of the
+									 * limit ... */
+#define GM_GUARD_MARGIN		(64 * MB)	/* ... or this much ... */
+#define GM_GUARD_MAX_RESERVE 0.15	/* ... but no more than this much */
+#define GM_GUARD_ENGAGE		0.20	/* set limits this much of the limit
+									 * below the target ... */
+#define GM_GUARD_RELEASE	0.05	/* ... and lift them this much below that */
+#define GM_GUARD_FLOOR		(32 * MB)	/* a process not working may add at
+										 * most this from the budget */
+#define GM_GUARD_GROWING	MB		/* grew this much in a window: working */
+#define GM_GUARD_SLACK		(4 * MB)	/* smaller raises wait, while the limit
+										 * leaves this much above VmData */
+#define GM_GUARD_PROC_RESERVE (4 * MB)	/* each process's reserve, shrunk
+										 * so that all take at most ... */
+#define GM_GUARD_RESERVE_SHARE 0.5	/* ... this much of the margin */
+
+/* The guard's levels for a limit of limit bytes. */
+void
+gm_guard_levels(int64 limit, GmGuardLevels *lv)
+{
+	int64		margin = Max((int64) (GM_GUARD_RESERVE * limit),
+							 Min(GM_GUARD_MARGIN, (int64) (GM_GUARD_MAX_RESERVE * limit)));
+
+	lv->target = limit - margin;
+	lv->engage = lv->target - (int64) (GM_GUARD_ENGAGE * limit);
+	lv->release = lv->engage - (int64) (GM_GUARD_RELEASE * limit);
+	lv->margin = margin;
+}
+
+/* Whether the guard is engaged after a look at usage (it was: engaged). */
+bool
+gm_guard_engaged_after(int64 limit, int64 usage, bool engaged)
+{
+	GmGuardLevels lv;
+
+	if (limit <= 0 || usage < 0)
+		return false;
+	gm_guard_levels(limit, &lv);
+	return usage >= (engaged ? lv.release : lv.engage);
+}
+
+/*
+ * Whether the processes should be measured at this look: while engaged, and
+ * in the last stretch before engaging (so that the first engaged look knows
+ * who grows).
+ */
+bool
+gm_guard_measure(int64 limit, int64 usage, bool engaged)
+{
+	GmGuardLevels lv;
+
+	if (limit <= 0 || usage < 0)
+		return false;
+	gm_guard_levels(limit, &lv);
+	return engaged || usage >= lv.release - (int64) (GM_GUARD_RELEASE * limit);
+}
+
+/* Whether a process works, from what was read of it. */
+static bool
+proc_works(const GmGuardProc *p)
+{
+	if (p->started || !p->waits_for_client)
+		return true;
+	if (p->growth != GM_GROWTH_UNKNOWN && p->growth >= GM_GUARD_GROWING)
+		return true;
+	return p->grown >= GM_GUARD_GROWING;
+}
+
+/* qsort: smallest VmData first. */
+static int
+cmp_vmdata_asc(const void *a, const void *b)
+{
+	int64		x = ((const GmGuardProc *) a)->vmdata;
+	int64		y = ((const GmGuardProc *) b)->vmdata;
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * The policy: sets each process's decision fields (working, allow, reserve,
+ * limit, set, lowered) and out.  Sorts procs by VmData.  With the guard not
+ * engaged after this look, every limit is GM_NO_LIMIT.
+ */
+void
+gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecision *out)
+{
+	GmGuardLevels lv;
+	int64		budget;
+	int64		reserve;
+	int			nworking = 0;
+	int			nidle;
+
+	memset(out, 0, sizeof(*out));
+	out->headroom = -1;
+	out->engaged = gm_guard_engaged_after(in->limit, in->usage, in->engaged);
+	if (in->limit > 0)
+		gm_guard_levels(in->limit, &out->levels);
+	lv = out->levels;
+
+	for (int i = 0; i < n; i++)
+	{
+		GmGuardProc *p = &procs[i];
+
+		p->working = proc_works(p);
+		p->allow = 0;
+		p->reserve = 0;
+		p->limit = GM_NO_LIMIT;
+		p->set = false;
+		p->lowered = false;
+		if (p->working)
+			nworking++;
+	}
+	out->nworking = nworking;
+	/* Not engaged: lift whatever is set. */
+	if (!out->engaged)
+	{
+		for (int i = 0; i < n; i++)
+			procs[i].set = procs[i].cur_limit != GM_NO_LIMIT;
+		return;
+	}
+
+	out->headroom = Max(lv.target - in->usage, 0);
+	budget = out->headroom;
+	for (int i = 0; i < n; i++)
+		if (procs[i].working)
+			budget -= Max(procs[i].vmdata - procs[i].rss, 0);
+	budget += Max(in->asked_pending, 0);
+	budget = Max(budget, 0);
+	out->budget = budget;
+
+	/* The reserves, in the margin: shrunk when they do not fit. */
+	reserve = GM_GUARD_PROC_RESERVE;
+	out->reserve_wanted = reserve;
+	if (n > 0 && reserve * n > (int64) (GM_GUARD_RESERVE_SHARE * lv.margin))
+	{
+		reserve = (int64) (GM_GUARD_RESERVE_SHARE * lv.margin) / n;
+		out->reserve_shrunk = true;
+	}
+	out->reserve = reserve;
+
+	qsort(procs, n, sizeof(GmGuardProc), cmp_vmdata_asc);
+	nidle = n - nworking;
+
+	/*
+	 * Those not working: at most GM_GUARD_FLOOR each, from at most half of
+	 * the budget, and only twice their last growth while others work (their
+	 * reserve covers small work); all of the budget when none works.
+	 */
+	if (nidle > 0)
+	{
+		int64		pool = nworking > 0 ? budget / 2 : budget;
+		int64		each = Min(GM_GUARD_FLOOR, pool / nidle);
+
+		for (int i = 0; i < n; i++)
+		{
+			GmGuardProc *p = &procs[i];
+			int64		growth = p->growth == GM_GROWTH_UNKNOWN ? 0 : Max(p->growth, 0);
+
+			if (p->working)
+				continue;
+			p->allow = nworking > 0 ? Min(2 * growth, each) : each;
+			budget -= p->allow;
+		}
+	}
+	/* Working processes, smallest first: twice their last growth ... */
+	for (int i = 0; i < n; i++)
+	{
+		GmGuardProc *p = &procs[i];
+		int64		growth = p->growth == GM_GROWTH_UNKNOWN ? 0 : Max(p->growth, 0);
+
+		if (!p->working)
+			continue;
+		p->allow = Min(2 * growth, budget);
+		budget -= p->allow;
+	}
+	/* ... then half of what is left, a quarter, ...; the largest the rest. */
+	for (int i = 0, seen = 0; i < n; i++)
+	{
+		if (!procs[i].working)
+			continue;
+		if (++seen < nworking)
+		{
+			procs[i].allow += budget / 2;
+			budget -= budget / 2;
+		}
+		else
+		{
+			procs[i].allow += budget;
+			budget = 0;
+		}
+	}
+
+	for (int i = 0; i < n; i++)
+	{
+		GmGuardProc *p = &procs[i];
+
+		p->reserve = reserve;
+		p->limit = p->vmdata + p->allow + reserve;
+		if (p->cur_limit == GM_NO_LIMIT || p->limit < p->cur_limit)
+		{
+			p->set = true;
+			p->lowered = true;
+		}
+		else
+			/* A small raise waits while the limit in force leaves room. */
+			p->set = !(p->limit - p->cur_limit < GM_GUARD_SLACK &&
+					   p->cur_limit - p->vmdata >= GM_GUARD_SLACK);
+	}
+}

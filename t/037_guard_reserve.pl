@@ -1,0 +1,150 @@
+# The memory guard keeps a reserve for small work: every guarded backend
+# may map a few MB beyond its VmData, kept in the guard's margin, so that
+# an idle backend's limit never sits at its VmData.  In a real cgroup v1 of
+# 800 MB (the guard's target 736 MB), 30 idle sessions LISTEN while
+# another process of the container holds the usage between the guard's
+# engage level and its target (33 MB of headroom, as in issue 32's run);
+# the guard engages, the monitor asks the idle sessions for their free heap
+# and limits them.  Then SELECT 1 succeeds in all 30, and 300 NOTIFY with
+# 7000-byte payloads plus temporary-table DDL (catalog invalidations, and
+# a sinval reset for the listeners) from another session: no error, every
+# listener gets every notification, no FATAL (NOTIFY delivery and the
+# catalog catch-up run inside ReadCommand, where an ERROR becomes FATAL).
+# Before, SELECT 1 failed in 11 of 30 sessions and the loop 186 of 300
+# times.  The VmData growth of the listeners, measured in /proc, is noted:
+# what the reserve must cover.
+#
+# Needs a cgroup v1 memory directory writable by the test's user, named by
+# GM_TEST_CGROUP_V1.  The measurements are printed (diag), passing or not.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use GlibcMallocTest;
+use IPC::Run;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(sleep);
+
+my $cg = test_cgroup_v1();
+
+my $MB = 2**20;
+my $limit = 800 * $MB;
+my $listeners = 30;
+my $notifies = 300;
+my $headroom_wanted = 33 * $MB;
+
+sub oom_kills { (slurp_file("$cg/memory.oom_control") =~ /oom_kill (\d+)/)[0] // 0 }
+sub vmdata { (slurp_file("/proc/$_[0]/status") =~ /VmData:\s+(\d+) kB/)[0] * 1024 }
+
+my $node = new_node('reserve', "restart_after_crash = on\nshared_buffers = 16MB\nmax_connections = 100\n", no_start => 1);
+$node->start;
+enter_cgroup_v1($node, $cg, $limit);
+$node->safe_psql('postgres', 'CREATE EXTENSION glibc_malloc');
+
+my @ls = map { $node->background_psql('postgres', on_error_stop => 0) } 1 .. $listeners;
+my @pids;
+for my $s (@ls)
+{
+	$s->query_safe('LISTEN ch');
+	push @pids, $s->query_safe('SELECT pg_backend_pid()');
+}
+my $sender = $node->background_psql('postgres', on_error_stop => 0);
+$sender->query_safe('SELECT 1');
+
+# Another process of the container holds memory: it moves into the cgroup
+# first, then touches its bytes, so that they are charged there.
+my @fillers;
+sub fill
+{
+	my ($bytes) = @_;
+	my ($in, $out) = ('', '');
+	my $h = IPC::Run::start([ 'perl', '-e', '$| = 1; print "pid $$\n"; my $n = <STDIN>; my @x; push @x, "a" x 1048576 for 1 .. $n / 1048576; print "ready\n"; sleep 600' ],
+		'<', \$in, '>', \$out, IPC::Run::timeout(900));
+	$h->pump until $out =~ /pid (\d+)/;
+	write_file("$cg/cgroup.procs", $1);
+	$in = int($bytes) . "\n";
+	$h->pump until $out =~ /ready/;
+	push @fillers, $h;
+}
+
+sub guard { [ split /\|/, $node->safe_psql('postgres', 'SELECT engaged, usage_bytes, target_bytes FROM glibc_malloc_guard') ] }
+
+# The usage to about 33 MB below the target.
+for my $try (1 .. 20)
+{
+	sleep 0.5;
+	my ($engaged, $usage, $target) = @{ guard() };
+	my $headroom = $target - $usage;
+	last if $headroom < $headroom_wanted + 8 * $MB;
+	fill($headroom - $headroom_wanted);
+}
+# The monitor asks the idle sessions for their free heap and limits them.
+sleep 3;
+my ($engaged, $usage, $target) = @{ guard() };
+diag sprintf('usage %.0f MB, target %.0f MB: headroom %.0f MB', $usage / $MB, $target / $MB, ($target - $usage) / $MB);
+is($engaged, 't', 'the guard is engaged');
+my @before = map { vmdata($_) } @pids;
+my $offset = -s $node->logfile;
+
+# 1. SELECT 1 in every listener.
+my $ok = 0;
+for my $s (@ls)
+{
+	my ($r, $err) = $s->query('SELECT 1');
+	$ok++ if ($r // '') eq '1' && !$err;
+	$s->{stderr} = '';
+}
+diag "SELECT 1 succeeded in $ok of $listeners idle listeners";
+is($ok, $listeners, "SELECT 1 succeeds in all $listeners idle sessions");
+my @after1 = map { vmdata($_) } @pids;
+
+# 2. NOTIFY with 7000-byte payloads, and temporary-table DDL.
+my $errors = 0;
+for my $i (1 .. $notifies)
+{
+	my (undef, $err) = $sender->query("SELECT pg_notify('ch', lpad('$i', 7000, 'x')); CREATE TEMP TABLE tt$i (a int, b text); DROP TABLE tt$i");
+	if ($err)
+	{
+		$errors++;
+		diag "notify $i: $sender->{stderr}" if $errors <= 3;
+	}
+	$sender->{stderr} = '';
+}
+diag "$notifies NOTIFY + temporary-table DDL: $errors errors";
+is($errors, 0, "$notifies NOTIFY with 7000-byte payloads and temporary-table DDL: no error");
+
+# Every listener gets every notification (psql prints them with its next
+# result), and is still connected.
+my ($all, $alive) = (0, 0);
+for my $s (@ls)
+{
+	my ($r, $err) = $s->query('SELECT 1');
+	my $got = () = ($r // '') =~ /Asynchronous notification "ch" with payload "x+\d+" received/g;
+	$all++ if $got == $notifies;
+	$alive++ if ($r // '') =~ /^1$/m;
+	$s->{stderr} = '';
+}
+my @after2 = map { vmdata($_) } @pids;
+my ($g1, $g2) = (0, 0);
+for my $i (0 .. $#pids)
+{
+	$g1 = $after1[$i] - $before[$i] if $after1[$i] - $before[$i] > $g1;
+	$g2 = $after2[$i] - $before[$i] if $after2[$i] - $before[$i] > $g2;
+}
+diag sprintf('largest VmData growth of a listener: %.0f kB for SELECT 1, %.0f kB after the notifications and the catalog catch-up', $g1 / 1024, $g2 / 1024);
+is($all, $listeners, "every listener got all $notifies notifications");
+is($alive, $listeners, 'and every listener is still connected');
+my $log = slurp_file($node->logfile, $offset);
+my @fatal = grep { /FATAL:/ } split /\n/, $log;
+is(scalar @fatal, 0, 'no FATAL') or diag join "\n", @fatal[ 0 .. ($#fatal < 4 ? $#fatal : 4) ];
+my $view = $node->safe_psql('postgres', 'SELECT reserve_bytes, reserve_shrunk FROM glibc_malloc_guard');
+diag "glibc_malloc_guard: reserve_bytes|reserve_shrunk = $view";
+like($view, qr/^\d+\|[tf]$/, 'glibc_malloc_guard shows the reserve while engaged');
+is(oom_kills(), 0, 'the kernel OOM-killed nothing');
+unlike(slurp_file($node->logfile), qr/terminated by signal|all server processes terminated; reinitializing/, 'no restart');
+
+eval { $_->quit } for @ls, $sender;
+$_->kill_kill for @fillers;
+$node->stop('fast');
+done_testing();
