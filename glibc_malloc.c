@@ -478,9 +478,13 @@ gm_planner(Query *parse, const char *query_string, int cursorOptions,
 		   ParamListInfo boundParams)
 {
 	MemoryContext planner_cxt = NULL;
-	MemoryContext old = gm_statements_plan_start(parse, nesting, &planner_cxt);
+	MemoryContext old;
 	PlannedStmt *result;
 
+	/* Planning is the statement's work too: it may allocate much. */
+	if (nesting == 0)
+		gm_guard_top_statement_start();
+	old = gm_statements_plan_start(parse, nesting, &planner_cxt);
 	nesting++;
 	PG_TRY();
 	{
@@ -588,12 +592,12 @@ static void
 gm_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 					SubTransactionId parentSubid, void *arg)
 {
+	/*
+	 * The error being handled stays counted: a handler may raise it again,
+	 * to be caught once more outside (the next statement starts afresh).
+	 */
 	if (event == SUBXACT_EVENT_ABORT_SUB)
-	{
-		oom_counted = false;
-		(void) gm_shmem_take_worker_limit_oom();
 		gm_statements_subxact_abort(mySubid);
-	}
 }
 
 /*
@@ -646,6 +650,8 @@ gm_emit_log_hook(ErrorData *edata)
 	{
 		count_oom();
 		gm_guard_error_hint(edata);
+		/* Reported: the error's end, also where no transaction ends it. */
+		oom_counted = false;
 	}
 	if (prev_emit_log_hook)
 		prev_emit_log_hook(edata);

@@ -332,7 +332,7 @@ extern int64 gm_shmem_slot_own_limit(int slotno);
 extern bool gm_shmem_guard_statement_start(void);
 extern bool gm_shmem_guard_counts_idle(void);
 extern uint32 gm_shmem_guard_starts(int slotno);
-extern void gm_shmem_set_guard_working(int slotno, bool working);
+extern void gm_shmem_set_guard_working(int slotno, int pid, bool working);
 extern int64 gm_shmem_guard_engaged_at(void);
 extern void gm_shmem_count_oom(bool guard);
 extern void gm_shmem_tell_leader_limit_oom(void);

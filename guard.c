@@ -51,7 +51,7 @@
 #define GM_GUARD_RECENT_USEC	(1000 * 1000)
 
 /* A statement start waits at most this long for the guard's next look. */
-#define GM_GUARD_START_WAIT_MS	30
+#define GM_GUARD_START_WAIT_MS	250
 
 /* GUC glibc_malloc.max_backend_memory, kB; -1 = off. */
 static int	max_backend_memory = -1;

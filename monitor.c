@@ -967,7 +967,7 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 			 * monitor (and waits for this) only while it counts as idle.
 			 */
 			pg_write_barrier();
-			gm_shmem_set_guard_working(c->slot, c->working);
+			gm_shmem_set_guard_working(c->slot, c->pid, c->working);
 		}
 		if (lowered > 0)
 		{

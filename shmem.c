@@ -904,11 +904,17 @@ gm_shmem_guard_starts(int slotno)
 	return pg_atomic_read_u32(&shared->slots[slotno].guard_starts);
 }
 
-/* The monitor: whether its last look counted the process in slotno as working. */
+/*
+ * The monitor: whether its last look counted process pid, in slotno, as
+ * working (not written if another process claimed the slot since).
+ */
 void
-gm_shmem_set_guard_working(int slotno, bool working)
+gm_shmem_set_guard_working(int slotno, int pid, bool working)
 {
-	shared->slots[slotno].guard_working = working;
+	GmSlot	   *slot = &shared->slots[slotno];
+
+	if (slot->snap.pid == pid)
+		slot->guard_working = working;
 }
 
 /* The process's own limit in slot slotno (GM_NO_LIMIT: none). */

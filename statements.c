@@ -36,7 +36,7 @@
  * Eviction follows pg_stat_statements: an entry made by a call starts at
  * the usage of one call and every call adds one; an entry that has only
  * "out of memory" errors, no call yet (pg_stat_statements' sticky entry),
- * starts at the table's median usage.  When the table is full, every
+ * starts at the table's median usage; each error adds as a call does.  When the table is full, every
  * usage decays (a sticky entry's fast), the median is noted and the least
  * used 5 % (at least 10) go, found by selection, not by sorting all.
  *
@@ -611,6 +611,8 @@ store(const GmStmtKey *key, int64 calls, int64 plan_bytes, int64 exec_bytes,
 		}
 	}
 	SpinLockAcquire(&entry->mutex);
+	/* Each error adds usage too: a statement that keeps failing stays seen. */
+	entry->c.usage += oom * USAGE_EXEC;
 	entry->c.oom_errors += oom;
 	entry->c.limit_oom_errors += limit_oom;
 	if (calls > 0)

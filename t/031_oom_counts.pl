@@ -83,6 +83,20 @@ is($s->query_safe(q{SET glibc_malloc.max_backend_memory = '4MB';
 	RESET ALL; SELECT 'goes on'}), 'goes on', 'a DO block catches the error past the cap');
 is($node->safe_psql('postgres', $cap_errors) - $before, 1, 'glibc_malloc_guard counts the caught error once');
 
+# 3b. One a handler raises again (the subtransaction is rolled back between
+# the inner statement's catch and the outer one's) is counted once too.
+$before = $node->safe_psql('postgres', $cap_errors);
+my $before_all = $node->safe_psql('postgres', 'SELECT oom_errors FROM glibc_malloc_counters');
+like(run_err($s, q{SET glibc_malloc.max_backend_memory = '4MB';
+	DO $$BEGIN
+	  PERFORM length(repeat('x', 100000000));
+	EXCEPTION WHEN out_of_memory THEN RAISE;
+	END$$}), qr/out of memory/, 'a DO block raises the error again');
+$s->query_safe('RESET ALL');
+is($node->safe_psql('postgres', $cap_errors) - $before, 1, 'glibc_malloc_guard counts the error raised again once');
+is($node->safe_psql('postgres', 'SELECT oom_errors FROM glibc_malloc_counters') - $before_all, 1,
+	'and so does glibc_malloc_counters');
+
 # 4. Other errors are not counted.
 $before = $node->safe_psql('postgres', $cap_errors);
 like(run_err($s, 'SELECT 1/0'), qr/division by zero/, 'another error');
