@@ -96,8 +96,9 @@ near_data_limit(const GmSnapshot *s)
 
 /*
  * The rules, one row per kind of memory.  The thresholds are set well above
- * what a fresh backend holds (under 1 MB free heap, about 1 MB of caches,
- * about 1 MB outside contexts on PostgreSQL 15 and glibc 2.36) and below
+ * what a fresh backend holds (under 0.1 MB free heap, about 0.7 MB of
+ * caches, about 0.5 MB outside contexts on PostgreSQL 15 and glibc 2.36,
+ * jit off) and below
  * what the trouble they point at costs: a greedy backend after a 32 MB sort
  * keeps 10 to 40 MB free; a session that touched a few thousand relations
  * holds tens of MB of caches; LLVM's JIT adds about 10 MB or more.

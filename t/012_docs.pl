@@ -1,6 +1,7 @@
-# The docs cannot go stale: the GUC tables in docs/reference.md and README.md
-# list exactly the GUCs found in pg_settings under glibc_malloc.%, and the
-# reference documents every SQL function and view of the extension.
+# The docs cannot go stale: the GUC table in docs/reference.md lists exactly
+# the GUCs found in pg_settings under glibc_malloc.%, each with its type,
+# unit, default, context and range; its table of functions and views at a
+# glance lists exactly the extension's objects, and it documents each.
 use strict;
 use warnings;
 use FindBin;
@@ -34,7 +35,6 @@ sub documented_gucs
 
 is_deeply(documented_gucs("$root/docs/reference.md"), \@gucs,
 	'docs/reference.md documents exactly the GUCs in pg_settings');
-is_deeply(documented_gucs("$root/README.md"), \@gucs, 'so does the README\'s table');
 
 # The reference's GUC table against pg_settings: type, unit, default,
 # context, and the range where the row states one as "A .. B".
@@ -106,6 +106,18 @@ for my $o (@objects)
 	like($reference, qr/`$o(\(|`)/, "docs/reference.md documents $o");
 }
 
+# The table at a glance: its first column names each object once, no more.
+my ($glance) = $reference =~ /^## Functions and views at a glance\n(.*?)^## /ms;
+ok(defined $glance, 'docs/reference.md has a table of functions and views at a glance');
+my %glance;
+for my $line (split /\n/, $glance // '')
+{
+	$glance{$1} = 1 if $line =~ /^\|\s*`(glibc_malloc_\w+)/;
+}
+my %distinct = map { $_ => 1 } @objects;
+is_deeply([ sort keys %glance ], [ sort keys %distinct ],
+	'the table at a glance lists exactly the extension\'s functions and views');
+
 # Sample output: every ```sql block followed at once by an output block, in
 # the README and docs/, runs, and returns the columns the sample shows; and
 # every view and function of the extension has such a sample.
@@ -138,6 +150,10 @@ for my $file ("$root/README.md", glob("$root/docs/*.md"))
 }
 cmp_ok($nsamples, '>=', 16, "the docs have samples ($nsamples)");
 ok($sampled{$_}, "the docs show sample output of $_") for @objects;
+
+# The README stays one screen: at most 800 words, counted as wc -w does.
+my @readme_words = split ' ', slurp_file("$root/README.md");
+cmp_ok(scalar @readme_words, '<=', 800, 'README.md has at most 800 words (' . scalar(@readme_words) . ')');
 
 # Every doc the README links to exists.
 for my $link (slurp_file("$root/README.md") =~ /\]\(((?:docs\/)?[\w.\/-]+\.md)\)/g)
