@@ -93,7 +93,7 @@ wait_for(sub { !-f $node->data_dir . '/postmaster.pid' }, 10);
 $node->stop('immediate', fail_ok => 1);
 
 # 2. With the monitor: the same run completes.
-my $kills = (read_file("$cg/memory.oom_control") =~ /oom_kill (\d+)/)[0] // 0;
+my $kills = cgroup_v1_oom_kills($cg);
 start_in_cgroup('on');
 $offset = -s $node->logfile;
 ($done, $error) = fleet();
@@ -111,7 +111,7 @@ is($error, '', 'no connection failed') or diag $why;
 unlike($log, qr/terminated by signal|"glibc_malloc memory monitor" \(PID \d+\) exited with exit code/,
 	'no process was killed or crashed, and the monitor did not exit');
 unlike($log, qr/all server processes terminated; reinitializing|database system was interrupted|terminating any other active server processes/, 'no restart');
-is((read_file("$cg/memory.oom_control") =~ /oom_kill (\d+)/)[0] // 0, $kills, 'the kernel counted no new OOM kill');
+is(cgroup_v1_oom_kills($cg), $kills, 'the kernel counted no new OOM kill');
 # The look that engages the guard asks for free heap first: its limits
 # count on it.  The monitor's own lines, in order: the first "limiting"
 # comes right after an "asked" (before the fix the guard's first limits

@@ -27,7 +27,7 @@ my $K = 4;			# each sort peaks near 150 MB: together 1.5 times the limit
 my $bursts = $ENV{GM_TEST_GUARD_BURSTS} // 10;
 my $big = "SELECT count(*) FROM (SELECT md5(i::text) FROM generate_series(1, 1000000) i ORDER BY 1) s";
 
-sub oom_kills { (slurp_file("$cg/memory.oom_control") =~ /oom_kill (\d+)/)[0] // 0 }
+sub oom_kills { cgroup_v1_oom_kills($cg) }
 
 my $node = new_node('guard', "restart_after_crash = on\nshared_buffers = 16MB\n", no_start => 1);
 $node->start;

@@ -31,7 +31,7 @@ my $queries = 10;
 my $rows = 130_000;		# a sort of about 20 MB (measured below)
 my $sort = "SELECT count(*) FROM (SELECT md5(i::text) FROM generate_series(1, $rows) i ORDER BY 1) s";
 
-sub oom_kills { (slurp_file("$cg/memory.oom_control") =~ /oom_kill (\d+)/)[0] // 0 }
+sub oom_kills { cgroup_v1_oom_kills($cg) }
 
 my $node = new_node('working', "restart_after_crash = on\nshared_buffers = 16MB\nmax_connections = 100\n"
 	  . "glibc_malloc.track_statements = top\n", no_start => 1);

@@ -34,7 +34,7 @@ my $listeners = 30;
 my $notifies = 300;
 my $headroom_wanted = 33 * $MB;
 
-sub oom_kills { (slurp_file("$cg/memory.oom_control") =~ /oom_kill (\d+)/)[0] // 0 }
+sub oom_kills { cgroup_v1_oom_kills($cg) }
 sub vmdata { (slurp_file("/proc/$_[0]/status") =~ /VmData:\s+(\d+) kB/)[0] * 1024 }
 
 my $node = new_node('reserve', "restart_after_crash = on\nshared_buffers = 16MB\nmax_connections = 100\n", no_start => 1);

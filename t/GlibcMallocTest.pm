@@ -17,7 +17,7 @@ use Time::HiRes qw(usleep);
 
 our @EXPORT = qw(new_node workload seed_sort_table seed_sort glibc_params glibc_var rss_anon
   count_syscalls settings_of parallel_option wait_for check_clean_server test_module
-  write_file test_cgroup_v1 enter_cgroup_v1 wait_for_log_text);
+  write_file test_cgroup_v1 enter_cgroup_v1 cgroup_v1_oom_kills wait_for_log_text);
 
 # A workload's SQL from bench/NAME.sql (shared with the benchmark and the
 # demo), without its final semicolon.
@@ -193,6 +193,13 @@ sub enter_cgroup_v1
 	write_file("$cg/memory.memsw.limit_in_bytes", $limit) if -w "$cg/memory.memsw.limit_in_bytes";
 	write_file("$cg/memory.max_usage_in_bytes", 0);
 	write_file("$cg/cgroup.procs", (split /\n/, PostgreSQL::Test::Utils::slurp_file($node->data_dir . '/postmaster.pid'))[0]);
+}
+
+# The OOM kills the kernel counted in the cgroup v1 memory directory $cg.
+sub cgroup_v1_oom_kills
+{
+	my ($cg) = @_;
+	return (PostgreSQL::Test::Utils::slurp_file("$cg/memory.oom_control") =~ /oom_kill (\d+)/)[0] // 0;
 }
 
 # Poll $cond until it is true or $seconds pass; returns its last result.
