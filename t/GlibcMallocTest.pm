@@ -188,9 +188,13 @@ sub test_cgroup_v1
 sub enter_cgroup_v1
 {
 	my ($node, $cg, $limit) = @_;
+	my $memsw = -w "$cg/memory.memsw.limit_in_bytes";
 	write_file("$cg/memory.swappiness", 0);
+	# The kernel keeps the memory limit at or below memory+swap's: lift
+	# that first, or a test raising the limit a former one left gets EINVAL.
+	write_file("$cg/memory.memsw.limit_in_bytes", -1) if $memsw;
 	write_file("$cg/memory.limit_in_bytes", $limit);
-	write_file("$cg/memory.memsw.limit_in_bytes", $limit) if -w "$cg/memory.memsw.limit_in_bytes";
+	write_file("$cg/memory.memsw.limit_in_bytes", $limit) if $memsw;
 	write_file("$cg/memory.max_usage_in_bytes", 0);
 	write_file("$cg/cgroup.procs", (split /\n/, PostgreSQL::Test::Utils::slurp_file($node->data_dir . '/postmaster.pid'))[0]);
 }
