@@ -75,3 +75,91 @@ GRANT SELECT ON glibc_malloc_guard TO pg_read_all_stats;
 
 COMMENT ON VIEW glibc_malloc_guard IS
 'The memory guard: the headroom it keeps, the limits it lowered, the errors they caused, the reserve for small work';
+
+-- glibc_malloc.memory_wait: glibc_malloc_guard gains the statements that
+-- waited for memory, their time waited (ms), the statements admitted with
+-- a reservation, and the waits that ran out; glibc_malloc_statements each
+-- query's waits and time waited.
+DROP VIEW glibc_malloc_guard;
+DROP FUNCTION glibc_malloc_guard();
+
+CREATE FUNCTION glibc_malloc_guard(
+    OUT enabled boolean,
+    OUT engaged boolean,
+    OUT limit_bytes bigint,
+    OUT usage_bytes bigint,
+    OUT target_bytes bigint,
+    OUT headroom_bytes bigint,
+    OUT limited_processes integer,
+    OUT rounds bigint,
+    OUT limits_lowered bigint,
+    OUT guard_errors bigint,
+    OUT max_backend_memory_errors bigint,
+    OUT last_action text,
+    OUT last_action_at timestamptz,
+    OUT reserve_bytes bigint,
+    OUT reserve_shrunk boolean,
+    OUT waits bigint,
+    OUT wait_time double precision,
+    OUT admissions bigint,
+    OUT wait_timeouts bigint)
+RETURNS record
+AS 'MODULE_PATHNAME', 'glibc_malloc_guard'
+LANGUAGE C STRICT VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION glibc_malloc_guard() IS
+'The memory guard: the headroom it keeps, the limits it lowered, the errors they caused, the reserve for small work, the waits for memory';
+
+REVOKE ALL ON FUNCTION glibc_malloc_guard() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION glibc_malloc_guard() TO pg_read_all_stats;
+
+CREATE VIEW glibc_malloc_guard AS
+  SELECT * FROM glibc_malloc_guard();
+
+REVOKE ALL ON glibc_malloc_guard FROM PUBLIC;
+GRANT SELECT ON glibc_malloc_guard TO pg_read_all_stats;
+
+COMMENT ON VIEW glibc_malloc_guard IS
+'The memory guard: the headroom it keeps, the limits it lowered, the errors they caused, the reserve for small work, the waits for memory';
+
+DROP VIEW glibc_malloc_statements;
+DROP FUNCTION glibc_malloc_statements();
+
+CREATE FUNCTION glibc_malloc_statements(
+    OUT userid oid,
+    OUT dbid oid,
+    OUT toplevel boolean,
+    OUT queryid bigint,
+    OUT calls bigint,
+    OUT plans bigint,
+    OUT min_plan_peak_bytes bigint,
+    OUT max_plan_peak_bytes bigint,
+    OUT mean_plan_peak_bytes double precision,
+    OUT stddev_plan_peak_bytes double precision,
+    OUT exec_measured bigint,
+    OUT min_exec_peak_bytes bigint,
+    OUT max_exec_peak_bytes bigint,
+    OUT mean_exec_peak_bytes double precision,
+    OUT stddev_exec_peak_bytes double precision,
+    OUT heap_change_bytes bigint,
+    OUT mmapped_change_bytes bigint,
+    OUT heap_grew bigint,
+    OUT max_heap_growth_bytes bigint,
+    OUT oom_errors bigint,
+    OUT limit_oom_errors bigint,
+    OUT waits bigint,
+    OUT wait_time double precision)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'glibc_malloc_statements'
+LANGUAGE C STRICT VOLATILE PARALLEL SAFE;
+
+COMMENT ON FUNCTION glibc_malloc_statements() IS
+'Memory per query: executor and planner peaks, heap change, out-of-memory errors, waits for memory';
+
+CREATE VIEW glibc_malloc_statements AS
+  SELECT * FROM glibc_malloc_statements();
+
+GRANT SELECT ON glibc_malloc_statements TO PUBLIC;
+
+COMMENT ON VIEW glibc_malloc_statements IS
+'Memory per query: executor and planner peaks, heap change, out-of-memory errors, waits for memory';

@@ -360,13 +360,38 @@ caught_error(void)
 		count_oom();
 }
 
+/*
+ * A top-level statement starts: the last one's reservation ends; while the
+ * memory guard is engaged, a query with a recorded executor peak waits
+ * until it fits (glibc_malloc.memory_wait), its time waited recorded.
+ */
+static void
+wait_for_memory(QueryDesc *queryDesc, int eflags)
+{
+	uint64		queryid;
+	int64		need;
+	int64		waited;
+
+	gm_guard_wait_end();
+	if ((eflags & EXEC_FLAG_EXPLAIN_ONLY) || !gm_guard_may_wait())
+		return;
+	queryid = queryDesc->plannedstmt->queryId;
+	if ((need = gm_statements_recorded_peak(queryid)) <= 0)
+		return;
+	if ((waited = gm_guard_wait_for_memory(need)) > 0)
+		gm_statements_note_wait(queryid, waited);
+}
+
 /* Let presets follow work_mem before the query runs, then chain. */
 static void
 gm_ExecutorStart(QueryDesc *queryDesc, int eflags)
 {
 	oom_counted = false;
 	if (nesting == 0)
+	{
 		gm_guard_top_statement_start();
+		wait_for_memory(queryDesc, eflags);
+	}
 	statement_start();
 	gm_doctor_statement_start(queryDesc);
 	gm_statements_executor_start(queryDesc, eflags, nesting);
@@ -410,6 +435,8 @@ gm_ExecutorEnd(QueryDesc *queryDesc)
 	if (!end.pending)
 	{
 		chain_ExecutorEnd(queryDesc);
+		if (nesting == 0)
+			gm_guard_wait_end();
 		return;
 	}
 	PG_TRY();
@@ -423,6 +450,8 @@ gm_ExecutorEnd(QueryDesc *queryDesc)
 	}
 	PG_END_TRY();
 	gm_statements_executor_ended(&end, false);
+	if (nesting == 0)
+		gm_guard_wait_end();
 }
 
 /* Count the nesting level around the executor's run, then chain. */
@@ -525,6 +554,10 @@ gm_xact_callback(XactEvent event, void *arg)
 	bool		client_statement;
 	int64		mono;
 
+	/* No statement runs any more: its reservation for memory ends. */
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
+		event == XACT_EVENT_PREPARE)
+		gm_guard_wait_end();
 	/* The error is handled; a worker's never raised again is forgotten. */
 	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
 	{

@@ -339,6 +339,28 @@ extern void gm_shmem_tell_leader_limit_oom(void);
 extern bool gm_shmem_take_worker_limit_oom(void);
 extern void gm_shmem_count_oom_error(void);
 extern void gm_shmem_oom_counts(int64 *cap, int64 *guard);
+/* glibc_malloc.memory_wait's counts (glibc_malloc_guard). */
+typedef enum GmWaitCount
+{
+	GM_WAIT_WAITS,				/* statements that waited */
+	GM_WAIT_USEC,				/* their time waited */
+	GM_WAIT_ADMISSIONS,			/* statements admitted with a reservation */
+	GM_WAIT_TIMEOUTS,			/* waits that ran out of memory_wait */
+	GM_NWAIT_COUNTS
+} GmWaitCount;
+struct GmAdmitWaiter;
+extern bool gm_shmem_wait_ready(void);
+extern void gm_shmem_wait_lock(void);
+extern void gm_shmem_wait_unlock(void);
+extern void gm_shmem_wait_enqueue(int64 need, int64 patience_ms, int64 now);
+extern int	gm_shmem_wait_collect(struct GmAdmitWaiter *w, int max, int64 now, int64 *outstanding);
+extern void gm_shmem_wait_admit(const struct GmAdmitWaiter *w, int n);
+extern bool gm_shmem_wait_admitted(void);
+extern void gm_shmem_wait_leave(void);
+extern void gm_shmem_wait_count(GmWaitCount kind, int64 n);
+extern void gm_shmem_wait_counts(int64 *counts);
+extern int64 gm_shmem_guard_headroom(void);
+extern bool gm_shmem_guard_engaged(void);
 
 /* 4. guard_policy.c */
 /* A process's growth not measured yet. */
@@ -397,7 +419,23 @@ typedef struct GmGuardDecision
 	bool		reserve_shrunk; /* reserve < reserve_wanted */
 } GmGuardDecision;
 
+/*
+ * One statement waiting for memory (glibc_malloc.memory_wait), as the
+ * admission is given it; then whether it is admitted.
+ */
+typedef struct GmAdmitWaiter
+{
+	int			id;				/* the caller's, carried through */
+	uint64		arrival;		/* the order it came in */
+	int64		need;			/* bytes: its query's recorded peak */
+	int64		waited_ms;		/* how long it has waited */
+	int64		patience_ms;	/* its memory_wait */
+	/* the decision */
+	bool		admit;
+} GmAdmitWaiter;
+
 extern void gm_guard_levels(int64 limit, GmGuardLevels *lv);
+extern int	gm_guard_admit(int64 available, GmAdmitWaiter *waiters, int n);
 extern bool gm_guard_engaged_after(int64 limit, int64 usage, bool engaged);
 extern bool gm_guard_measure(int64 limit, int64 usage, bool engaged);
 extern void gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecision *out);
@@ -411,6 +449,9 @@ extern void gm_guard_define_gucs(void);
 extern void gm_guard_apply(void);
 extern void gm_guard_statement_start(void);
 extern void gm_guard_top_statement_start(void);
+extern bool gm_guard_may_wait(void);
+extern int64 gm_guard_wait_for_memory(int64 need);
+extern void gm_guard_wait_end(void);
 /* What gm_guard_count_oom found. */
 typedef enum GmOomKind
 {
@@ -466,6 +507,8 @@ extern void gm_statements_executor_ended(GmStmtEnd *end, bool failed);
 extern bool gm_statements_utility_start(PlannedStmt *pstmt, int nesting, GmUtilityMark *mark);
 extern void gm_statements_utility_end(GmUtilityMark *mark);
 extern void gm_statements_note_oom(bool limit);
+extern int64 gm_statements_recorded_peak(uint64 queryid);
+extern void gm_statements_note_wait(uint64 queryid, int64 usec);
 extern void gm_statements_subxact_abort(SubTransactionId subid);
 extern void gm_statements_transaction_end(void);
 

@@ -219,4 +219,23 @@ gm_init_srf(FunctionCallInfo fcinfo)
 #define GM_ER_PASS queryDesc, direction, count, execute_once
 #endif
 
+/*
+ * The wait event of a statement waiting for memory (glibc_malloc.memory_wait):
+ * PG 17 names an extension's own (WaitEventExtensionNew, registered once per
+ * server, looked up by name in each process); before, the generic Extension.
+ */
+#if PG_VERSION_NUM >= 170000
+static inline uint32
+gm_memory_wait_event(void)
+{
+	static uint32 event = 0;
+
+	if (event == 0)
+		event = WaitEventExtensionNew("GlibcMallocMemory");
+	return event;
+}
+#else
+#define gm_memory_wait_event() ((uint32) PG_WAIT_EXTENSION)
+#endif
+
 #endif							/* GLIBC_MALLOC_COMPAT_H */

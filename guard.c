@@ -33,6 +33,20 @@
  *
  * Which processes: gm_guarded_process() (settings.c).
  *
+ * glibc_malloc.memory_wait: while the guard is engaged, a top-level
+ * statement of a client backend whose query has a recorded executor peak
+ * (glibc_malloc_statements) waits, up to memory_wait, until that peak fits
+ * the headroom left after what the statements admitted before are still
+ * expected to take; admitted, it reserves its peak in shared memory (the
+ * queue is shmem.c's, the admission guard_policy.c's) until it ends, fails,
+ * or grows past it.  The wait is on the latch, woken when a reservation
+ * ends and every GM_WAIT_POLL_MS (the monitor's looks change the
+ * headroom), and takes interrupts: statement_timeout, pg_cancel_backend,
+ * termination.  A waiter that another backend waits for (it holds a lock
+ * that one wants: PostgreSQL's own pg_blocking_pids) gives up at once with
+ * an ERROR, which releases its locks.  A wait that runs out runs the
+ * statement as without the wait.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -41,7 +55,12 @@
 
 #include "access/parallel.h"
 #include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "utils/array.h"
 #include "utils/elog.h"
+#include "utils/fmgrprotos.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 
@@ -52,6 +71,23 @@
 
 /* A statement start waits at most this long for the guard's next look. */
 #define GM_GUARD_START_WAIT_MS	250
+
+/* A waiter looks again at least this often (the monitor looks every 50 ms). */
+#define GM_WAIT_POLL_MS			50
+
+/* A statement expected to take less does not wait (the reserve covers it). */
+#define GM_WAIT_MIN_NEED		((int64) 1024 * 1024)
+
+/* GUC glibc_malloc.memory_wait, ms; 0 = fail at once. */
+static int	memory_wait = 10000;
+
+/* This process's statement is queued or admitted (gm_shmem_wait_leave due). */
+static bool wait_entered = false;
+
+/* The admission's array (one per slot) and a context for the lock check. */
+static GmAdmitWaiter *admit_buf = NULL;
+static int	admit_max = 0;
+static MemoryContext wait_cxt = NULL;
 
 /* GUC glibc_malloc.max_backend_memory, kB; -1 = off. */
 static int	max_backend_memory = -1;
@@ -156,6 +192,188 @@ gm_guard_top_statement_start(void)
 		CHECK_FOR_INTERRUPTS();
 		pg_usleep(1000L);
 	}
+}
+
+/*
+ * Whether this client backend may wait for memory before a top-level
+ * statement: memory_wait on, the guard engaged, a slot, and a state where
+ * waiting is safe (interrupts served, no critical section).  A flag test
+ * or two when not.
+ */
+bool
+gm_guard_may_wait(void)
+{
+	return memory_wait > 0 && gm_shmem_guard_engaged() &&
+		MyBackendType == B_BACKEND && !IsParallelWorker() &&
+		CritSectionCount == 0 && InterruptHoldoffCount == 0 &&
+		gm_shmem_wait_ready() && gm_guarded_process();
+}
+
+/* before_shmem_exit: no queue entry or reservation outlives the process. */
+static void
+wait_at_exit(int code, Datum arg)
+{
+	if (wait_entered)
+	{
+		wait_entered = false;
+		gm_shmem_wait_leave();
+	}
+}
+
+/*
+ * Whether another backend waits for a lock this one holds: a scan of the
+ * wait events (no lock), and PostgreSQL's pg_blocking_pids for those that
+ * wait for a heavyweight lock.
+ */
+static bool
+blocks_others(void)
+{
+	bool		blocks = false;
+	MemoryContext old;
+
+	if (wait_cxt == NULL)
+		wait_cxt = AllocSetContextCreate(TopMemoryContext, "glibc_malloc memory wait",
+										 ALLOCSET_SMALL_SIZES);
+	old = MemoryContextSwitchTo(wait_cxt);
+	for (uint32 i = 0; i < ProcGlobal->allProcCount && !blocks; i++)
+	{
+		PGPROC	   *proc = &ProcGlobal->allProcs[i];
+		int			pid = proc->pid;
+		ArrayType  *arr;
+		int32	   *pids;
+		int			n;
+
+		if (pid == 0 || proc == MyProc ||
+			(proc->wait_event_info & 0xFF000000) != PG_WAIT_LOCK)
+			continue;
+		arr = DatumGetArrayTypeP(DirectFunctionCall1(pg_blocking_pids, Int32GetDatum(pid)));
+		n = ArrayGetNItems(ARR_NDIM(arr), ARR_DIMS(arr));
+		pids = (int32 *) ARR_DATA_PTR(arr);
+		for (int k = 0; k < n; k++)
+			if (pids[k] == MyProcPid)
+				blocks = true;
+	}
+	MemoryContextSwitchTo(old);
+	MemoryContextReset(wait_cxt);
+	return blocks;
+}
+
+/*
+ * One round of the admission, under the queue's lock: the available bytes
+ * are the guard's headroom less what the admitted statements still expect
+ * to take.  Returns whether this process's statement is admitted.
+ */
+static bool
+admission_round(int64 now)
+{
+	int64		headroom = gm_shmem_guard_headroom();
+	int64		outstanding;
+	int			n;
+	bool		admitted;
+
+	gm_shmem_wait_lock();
+	n = gm_shmem_wait_collect(admit_buf, admit_max, now, &outstanding);
+	(void) gm_guard_admit(Max(headroom, 0) - outstanding, admit_buf, n);
+	gm_shmem_wait_admit(admit_buf, n);
+	admitted = gm_shmem_wait_admitted();
+	gm_shmem_wait_unlock();
+	return admitted;
+}
+
+/*
+ * Before a top-level statement expected to take need bytes (its recorded
+ * executor peak), once gm_guard_may_wait said yes: queue it, and wait
+ * until it is admitted (it then holds a reservation until
+ * gm_guard_wait_end), memory_wait runs out, or the guard lets go.  Returns
+ * the microseconds waited (0: admitted at once, or not queued).  ERROR when
+ * another backend waits for a lock this one holds; interrupts as always.
+ */
+int64
+gm_guard_wait_for_memory(int64 need)
+{
+	int64		start;
+	int64		waited;
+	bool		admitted;
+	bool		timed_out = false;
+
+	gm_guard_wait_end();
+	if (need < GM_WAIT_MIN_NEED)
+		return 0;
+	if (admit_buf == NULL)
+	{
+		static bool exit_hook = false;
+
+		admit_max = Max(gm_shmem_slot_count(), 1);
+		admit_buf = MemoryContextAlloc(TopMemoryContext, sizeof(GmAdmitWaiter) * admit_max);
+		if (!exit_hook)
+		{
+			before_shmem_exit(wait_at_exit, (Datum) 0);
+			exit_hook = true;
+		}
+	}
+	start = gm_monotonic_usec();
+	gm_shmem_wait_lock();
+	gm_shmem_wait_enqueue(need, memory_wait, start);
+	gm_shmem_wait_unlock();
+	wait_entered = true;
+
+	admitted = admission_round(start);
+	if (admitted)
+		return 0;
+	gm_shmem_wait_count(GM_WAIT_WAITS, 1);
+	while (!admitted)
+	{
+		int64		now = gm_monotonic_usec();
+		int64		left_ms = memory_wait - (now - start) / 1000;
+
+		if (left_ms <= 0)
+		{
+			timed_out = true;
+			break;
+		}
+		if (!gm_shmem_guard_engaged())
+			break;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Min(left_ms, GM_WAIT_POLL_MS), gm_memory_wait_event());
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		if (blocks_others())
+		{
+			waited = gm_monotonic_usec() - start;
+			gm_guard_wait_end();
+			gm_shmem_wait_count(GM_WAIT_USEC, waited);
+			ereport(ERROR,
+					(errcode(ERRCODE_OUT_OF_MEMORY),
+					 errmsg("out of memory"),
+					 errdetail("The statement waited %.1f s for memory (glibc_malloc.memory_wait) and gave up because another session waits for a lock it holds.",
+							   waited / 1000000.0),
+					 errhint("Retry when fewer large queries run, lower work_mem, or raise the container's memory limit.")));
+		}
+		admitted = admission_round(gm_monotonic_usec());
+	}
+	waited = gm_monotonic_usec() - start;
+	if (!admitted)
+	{
+		/* Runs as without the wait: no reservation. */
+		gm_guard_wait_end();
+		if (timed_out)
+			gm_shmem_wait_count(GM_WAIT_TIMEOUTS, 1);
+	}
+	gm_shmem_wait_count(GM_WAIT_USEC, waited);
+	return Max(waited, 1);
+}
+
+/*
+ * The statement's reservation ends (its end, an abort, the next top-level
+ * statement), or it leaves the queue.  A flag test when it has none.
+ */
+void
+gm_guard_wait_end(void)
+{
+	if (!wait_entered)
+		return;
+	wait_entered = false;
+	gm_shmem_wait_leave();
 }
 
 /*
@@ -296,10 +514,23 @@ assign_max_backend_memory(int newval, void *extra)
 		gm_guard_apply();
 }
 
-/* Define glibc_malloc.max_backend_memory; from _PG_init, preloaded or not. */
+/* Define glibc_malloc.max_backend_memory and memory_wait; from _PG_init. */
 void
 gm_guard_define_gucs(void)
 {
+	/*
+	 * USERSET: a session may only make its own statements wait (or not);
+	 * the guard's limits protect the server either way.
+	 */
+	DefineCustomIntVariable("glibc_malloc.memory_wait",
+							"While the memory guard is engaged, a query whose recorded memory peak does not fit waits up to this long for memory (0: run at once).",
+							"Only top-level statements of queries in glibc_malloc_statements (glibc_malloc.track_statements). A waiter another session waits for gives up at once with an error; a wait that runs out runs the query.",
+							&memory_wait,
+							10000, 0, 3600 * 1000,
+							PGC_USERSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
 	/*
 	 * SUSET: a cap per role or database (ALTER ROLE ... SET) that the role
 	 * itself must not lift; reload reaches running backends.

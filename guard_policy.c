@@ -41,6 +41,16 @@
  * A raise smaller than GM_GUARD_SLACK is not worth a prlimit while the
  * limit in force leaves at least that much room (a lowering always is).
  *
+ * The admission of statements waiting for memory (glibc_malloc.memory_wait,
+ * gm_guard_admit): from the bytes available (the headroom, less what the
+ * admitted statements are still expected to take) and the waiters, which
+ * go.  In arrival order, each that fits goes and takes its need.  One that
+ * does not fit may be passed by a smaller one behind it, as long as it has
+ * waited less than GM_ADMIT_PASS_SHARE of its memory_wait; from then on its
+ * need is kept for it, and only what is left beyond it may admit others:
+ * passing never makes a waiter miss the memory that frees before its wait
+ * ends.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -66,6 +76,8 @@
 #define GM_GUARD_PROC_RESERVE (4 * MB)	/* each process's reserve, shrunk
 										 * so that all take at most ... */
 #define GM_GUARD_RESERVE_SHARE 0.5	/* ... this much of the margin */
+#define GM_ADMIT_PASS_SHARE	0.5	/* a waiter may be passed for this much of
+									 * its memory_wait */
 
 /* The guard's levels for a limit of limit bytes. */
 void
@@ -259,4 +271,43 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 			p->set = !(p->limit - p->cur_limit < GM_GUARD_SLACK &&
 					   p->cur_limit - p->vmdata >= GM_GUARD_SLACK);
 	}
+}
+
+/* qsort: arrival order. */
+static int
+cmp_arrival(const void *a, const void *b)
+{
+	uint64		x = ((const GmAdmitWaiter *) a)->arrival;
+	uint64		y = ((const GmAdmitWaiter *) b)->arrival;
+
+	return (x > y) - (x < y);
+}
+
+/*
+ * The admission: sets each waiter's admit from available bytes; returns how
+ * many go.  Sorts waiters by arrival.
+ */
+int
+gm_guard_admit(int64 available, GmAdmitWaiter *waiters, int n)
+{
+	int64		left = available;
+	int			admitted = 0;
+
+	qsort(waiters, n, sizeof(GmAdmitWaiter), cmp_arrival);
+	for (int i = 0; i < n; i++)
+	{
+		GmAdmitWaiter *w = &waiters[i];
+		int64		need = Max(w->need, 0);
+
+		w->admit = need <= left;
+		if (w->admit)
+		{
+			left -= need;
+			admitted++;
+		}
+		/* Passed long enough: what frees from now on is kept for it. */
+		else if ((double) w->waited_ms >= GM_ADMIT_PASS_SHARE * w->patience_ms)
+			left -= need;
+	}
+	return admitted;
 }

@@ -1407,16 +1407,17 @@ glibc_malloc_guard(PG_FUNCTION_ARGS)
 {
 	GmMonitorState c;
 	TupleDesc	tupdesc;
-	Datum		values[15];
-	bool		nulls[15] = {0};
+	Datum		values[19];
+	bool		nulls[19] = {0};
+	int64		waits[GM_NWAIT_COUNTS];
 	int64		cap_errors;
 	int64		guard_errors;
 	int			j = 0;
 	GmGuardLevels lv;
 
-	/* 13 columns before 1.7 (no reserve_bytes, reserve_shrunk). */
+	/* 13 columns before 1.7 (no reserve_bytes ... wait_timeouts). */
 	monitor_state_for_sql(fcinfo, &c, &tupdesc, -1);
-	if (tupdesc->natts != 13 && tupdesc->natts != 15)
+	if (tupdesc->natts != 13 && tupdesc->natts != 15 && tupdesc->natts != 19)
 		elog(ERROR, "incorrect number of output arguments");
 	gm_shmem_oom_counts(&cap_errors, &guard_errors);
 	gm_guard_levels(c.limit_bytes, &lv);
@@ -1441,12 +1442,21 @@ glibc_malloc_guard(PG_FUNCTION_ARGS)
 	nulls[j++] = c.guard_last_action_at == 0;
 	values[j] = TimestampTzGetDatum(c.guard_last_action_at);
 	nulls[j++] = c.guard_last_action_at == 0;
-	if (tupdesc->natts == 15)
+	if (tupdesc->natts >= 15)
 	{
 		values[j] = Int64GetDatum(c.guard_reserve);
 		nulls[j++] = !c.guard_engaged || c.guard_reserve < 0;
 		values[j] = BoolGetDatum(c.guard_reserve_shrunk);
 		nulls[j++] = !c.guard_engaged;
+	}
+	if (tupdesc->natts >= 19)
+	{
+		/* glibc_malloc.memory_wait */
+		gm_shmem_wait_counts(waits);
+		values[j++] = Int64GetDatum(waits[GM_WAIT_WAITS]);
+		values[j++] = Float8GetDatum(waits[GM_WAIT_USEC] / 1000.0);
+		values[j++] = Int64GetDatum(waits[GM_WAIT_ADMISSIONS]);
+		values[j++] = Int64GetDatum(waits[GM_WAIT_TIMEOUTS]);
 	}
 	Assert(j == tupdesc->natts);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));

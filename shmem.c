@@ -47,6 +47,8 @@
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/lwlock.h"
 #include "storage/proc.h"
 #include "storage/procarray.h"
 #include "storage/shmem.h"
@@ -61,6 +63,27 @@
 #define GM_REQ_TRIM		0x1		/* trim at the next safe point */
 #define GM_REQ_PUBLISH	0x2		/* publish at the next safe point */
 #define GM_REQ_TRIM_IDLE 0x4	/* trim at the idle point only */
+
+/* What a slot's statement is to the admission (glibc_malloc.memory_wait). */
+typedef enum GmWaitState
+{
+	GM_WAIT_NONE,
+	GM_WAIT_WAITING,			/* queued */
+	GM_WAIT_ADMITTED			/* runs with a reservation */
+} GmWaitState;
+
+/* Under GmShared's wait_lock. */
+typedef struct GmWaitSlot
+{
+	GmWaitState state;
+	int			pid;
+	uint64		arrival;		/* the queue's order */
+	int64		need;			/* bytes: WAITING's need, ADMITTED's reservation */
+	int64		since;			/* gm_monotonic_usec() it queued */
+	int64		patience_ms;	/* its memory_wait */
+	int64		base_vmdata;	/* ADMITTED: VmData when admitted; -1 = unknown */
+	struct Latch *latch;
+} GmWaitSlot;
 
 /* One process's slot: its snapshot, and requests from other processes. */
 typedef struct GmSlot
@@ -101,6 +124,12 @@ typedef struct GmSlot
 	 */
 	bool		guard_working;
 	pg_atomic_uint32 guard_starts;
+
+	/*
+	 * A statement waiting for memory, or admitted with a reservation
+	 * (glibc_malloc.memory_wait): under the shared wait lock.
+	 */
+	GmWaitSlot	wait;
 } GmSlot;
 
 typedef struct GmShared
@@ -111,6 +140,10 @@ typedef struct GmShared
 										 * [1] the memory guard's */
 	pg_atomic_uint64 all_oom_errors;	/* every "out of memory" error */
 	TimestampTz counters_since; /* when the slots were created */
+	/* glibc_malloc.memory_wait: the queue's lock and order, the counts */
+	LWLock	   *wait_lock;
+	uint64		wait_arrivals;	/* under wait_lock */
+	pg_atomic_uint64 wait_counts[GM_NWAIT_COUNTS];
 	int			nslots;
 	GmSlot		slots[FLEXIBLE_ARRAY_MEMBER];
 } GmShared;
@@ -150,6 +183,7 @@ gm_shmem_request(void)
 		prev_shmem_request_hook();
 #endif
 	RequestAddinShmemSpace(shared_size());
+	RequestNamedLWLockTranche("glibc_malloc_memory_wait", 1);
 }
 
 /* shmem_startup_hook: create or attach the slots. */
@@ -179,6 +213,9 @@ gm_shmem_startup(void)
 		pg_atomic_init_u64(&shared->oom_errors[0], 0);
 		pg_atomic_init_u64(&shared->oom_errors[1], 0);
 		pg_atomic_init_u64(&shared->all_oom_errors, 0);
+		shared->wait_lock = &(GetNamedLWLockTranche("glibc_malloc_memory_wait"))->lock;
+		for (int k = 0; k < GM_NWAIT_COUNTS; k++)
+			pg_atomic_init_u64(&shared->wait_counts[k], 0);
 		shared->counters_since = GetCurrentTimestamp();
 	}
 	LWLockRelease(AddinShmemInitLock);
@@ -235,6 +272,7 @@ release_slot(int code, Datum arg)
 
 	if (slot == NULL)
 		return;
+	gm_shmem_wait_leave();
 	slot->changecount++;
 	pg_write_barrier();
 	for (int k = 0; k < GM_NRELEASE_KINDS; k++)
@@ -289,6 +327,7 @@ claim_slot(void)
 	}
 	pg_atomic_write_u32(&slot->worker_limit_oom, 0);
 	slot->guard_working = false;
+	slot->wait.state = GM_WAIT_NONE;	/* a crashed predecessor's: none survive */
 	slot->changecount++;
 	pg_write_barrier();
 	memset(&slot->snap, 0, sizeof(slot->snap));
@@ -1008,6 +1047,203 @@ gm_shmem_oom_counts(int64 *cap, int64 *guard)
 {
 	*cap = shared ? (int64) pg_atomic_read_u64(&shared->oom_errors[0]) : 0;
 	*guard = shared ? (int64) pg_atomic_read_u64(&shared->oom_errors[1]) : 0;
+}
+
+/*
+ * glibc_malloc.memory_wait's queue: one entry per slot, under wait_lock
+ * (an LWLock: a round reads /proc of the admitted, and an ERROR while it
+ * is held releases it).  The admission itself is guard_policy.c's; guard.c
+ * runs the rounds.
+ */
+
+/* Whether the queue exists and this process has its slot. */
+bool
+gm_shmem_wait_ready(void)
+{
+	return shared != NULL && my_slot != NULL && my_slot_pid == MyProcPid;
+}
+
+/* Take the queue's lock (exclusive). */
+void
+gm_shmem_wait_lock(void)
+{
+	LWLockAcquire(shared->wait_lock, LW_EXCLUSIVE);
+}
+
+/* Release it. */
+void
+gm_shmem_wait_unlock(void)
+{
+	LWLockRelease(shared->wait_lock);
+}
+
+/* Under the lock: queue this process's statement, needing need bytes. */
+void
+gm_shmem_wait_enqueue(int64 need, int64 patience_ms, int64 now)
+{
+	GmWaitSlot *w = &my_slot->wait;
+
+	w->state = GM_WAIT_WAITING;
+	w->pid = MyProcPid;
+	w->arrival = ++shared->wait_arrivals;
+	w->need = need;
+	w->since = now;
+	w->patience_ms = patience_ms;
+	w->base_vmdata = -1;
+	w->latch = MyLatch;
+}
+
+/*
+ * Under the lock: the waiters into w (at most max; id is the slot) and
+ * the bytes the admitted statements are still expected to take: each its
+ * reservation less what its process grew since its admission.  One whose
+ * growth passed its reservation, or whose process is gone, ends here.
+ */
+int
+gm_shmem_wait_collect(GmAdmitWaiter *w, int max, int64 now, int64 *outstanding)
+{
+	int			n = 0;
+
+	*outstanding = 0;
+	for (int i = 0; i < shared->nslots; i++)
+	{
+		GmWaitSlot *ws = &shared->slots[i].wait;
+
+		if (ws->state == GM_WAIT_ADMITTED)
+		{
+			int64		vm = ws->pid == shared->slots[i].snap.pid ?
+				gm_proc_status_bytes(ws->pid, "VmData:") : -1;
+			int64		grown = ws->base_vmdata >= 0 && vm >= 0 ? vm - ws->base_vmdata : 0;
+
+			if (vm < 0 || grown >= ws->need)
+				ws->state = GM_WAIT_NONE;
+			else
+				*outstanding += ws->need - Max(grown, 0);
+		}
+		else if (ws->state == GM_WAIT_WAITING && n < max)
+		{
+			w[n].id = i;
+			w[n].arrival = ws->arrival;
+			w[n].need = ws->need;
+			w[n].waited_ms = Max(now - ws->since, 0) / 1000;
+			w[n].patience_ms = ws->patience_ms;
+			w[n].admit = false;
+			n++;
+		}
+	}
+	return n;
+}
+
+/*
+ * Under the lock: admit the waiters the admission chose (their slots
+ * hold their reservations from now on), and wake them.
+ */
+void
+gm_shmem_wait_admit(const GmAdmitWaiter *w, int n)
+{
+	for (int i = 0; i < n; i++)
+	{
+		GmWaitSlot *ws;
+
+		if (!w[i].admit || w[i].id < 0 || w[i].id >= shared->nslots)
+			continue;
+		ws = &shared->slots[w[i].id].wait;
+		if (ws->state != GM_WAIT_WAITING)
+			continue;
+		ws->state = GM_WAIT_ADMITTED;
+		ws->base_vmdata = ws->pid == MyProcPid ? gm_proc_status_bytes(0, "VmData:") :
+			gm_proc_status_bytes(ws->pid, "VmData:");
+		pg_atomic_fetch_add_u64(&shared->wait_counts[GM_WAIT_ADMISSIONS], 1);
+		if (ws->pid != MyProcPid && ws->latch != NULL)
+			SetLatch(ws->latch);
+	}
+}
+
+/* Under the lock: whether this process's statement was admitted. */
+bool
+gm_shmem_wait_admitted(void)
+{
+	return my_slot->wait.state == GM_WAIT_ADMITTED;
+}
+
+/*
+ * This process's statement leaves the queue or ends its reservation
+ * (takes the lock); wakes the waiters if that freed a reservation, so
+ * that they look again.  Allocates nothing and raises no error of its own:
+ * from abort and exit callbacks too.
+ */
+void
+gm_shmem_wait_leave(void)
+{
+	GmSlot	   *slot = my_slot;
+	bool		freed;
+	bool		held;
+
+	if (shared == NULL || slot == NULL || my_slot_pid != MyProcPid)
+		return;
+	if (slot->wait.state == GM_WAIT_NONE)
+		return;
+	/* An exit while a round held the lock: nobody else can take it anyway. */
+	held = LWLockHeldByMe(shared->wait_lock);
+	if (!held)
+		LWLockAcquire(shared->wait_lock, LW_EXCLUSIVE);
+	freed = slot->wait.state == GM_WAIT_ADMITTED;
+	slot->wait.state = GM_WAIT_NONE;
+	slot->wait.latch = NULL;
+	if (freed)
+		for (int i = 0; i < shared->nslots; i++)
+			if (shared->slots[i].wait.state == GM_WAIT_WAITING && shared->slots[i].wait.latch != NULL)
+				SetLatch(shared->slots[i].wait.latch);
+	if (!held)
+		LWLockRelease(shared->wait_lock);
+}
+
+/* Add to one of the wait counts (glibc_malloc_guard). */
+void
+gm_shmem_wait_count(GmWaitCount kind, int64 n)
+{
+	if (shared != NULL)
+		pg_atomic_fetch_add_u64(&shared->wait_counts[kind], (uint64) n);
+}
+
+/* The wait counts, into counts[GM_NWAIT_COUNTS] (zeroes without shared memory). */
+void
+gm_shmem_wait_counts(int64 *counts)
+{
+	for (int k = 0; k < GM_NWAIT_COUNTS; k++)
+		counts[k] = shared ? (int64) pg_atomic_read_u64(&shared->wait_counts[k]) : 0;
+}
+
+/*
+ * The memory guard's headroom at its last look (bytes; -1 = not engaged or
+ * unknown), read under the monitor's change counter.
+ */
+int64
+gm_shmem_guard_headroom(void)
+{
+	GmMonitorState *st = shared ? &shared->monitor : NULL;
+
+	for (int i = 0; st != NULL && i < 1000; i++)
+	{
+		uint32		before = st->changecount;
+		int64		headroom;
+		bool		engaged;
+
+		pg_read_barrier();
+		headroom = st->guard_headroom;
+		engaged = st->guard_engaged && st->pid != 0;
+		pg_read_barrier();
+		if (before == st->changecount && (before & 1) == 0)
+			return engaged ? headroom : -1;
+	}
+	return -1;
+}
+
+/* Whether the memory guard is engaged now (a flag read). */
+bool
+gm_shmem_guard_engaged(void)
+{
+	return shared != NULL && shared->monitor.guard_engaged && shared->monitor.pid != 0;
 }
 
 /*

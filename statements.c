@@ -119,6 +119,8 @@ typedef struct GmStmtCounters
 	int64		max_heap_growth;
 	int64		oom_errors;		/* "out of memory" ERRORs */
 	int64		limit_oom_errors;	/* of those, under the module's limits */
+	int64		waits;			/* starts that waited for memory (memory_wait) */
+	int64		wait_usec;		/* their time waited */
 	double		usage;
 } GmStmtCounters;
 
@@ -636,6 +638,57 @@ store(const GmStmtKey *key, int64 calls, int64 plan_bytes, int64 exec_bytes,
 	LWLockRelease(stmt_shared->lock);
 }
 
+/*
+ * The largest executor peak recorded for the top-level statement of this
+ * queryid run now by this role in this database; -1 = none recorded.
+ * A shared lock and an entry's mutex, only when asked (the guard engaged).
+ */
+int64
+gm_statements_recorded_peak(uint64 queryid)
+{
+	GmStmtKey	key;
+	GmStmtEntry *entry;
+	int64		peak = -1;
+
+	if (!gm_statements_tracking() || queryid == UINT64CONST(0) ||
+		LWLockHeldByMe(stmt_shared->lock))
+		return -1;
+	make_key(&key, queryid, 0);
+	LWLockAcquire(stmt_shared->lock, LW_SHARED);
+	entry = entry_find(&key, key_hash(&key));
+	if (entry != NULL)
+	{
+		SpinLockAcquire(&entry->mutex);
+		if (entry->c.exec.n > 0)
+			peak = (int64) entry->c.exec.max;
+		SpinLockRelease(&entry->mutex);
+	}
+	LWLockRelease(stmt_shared->lock);
+	return peak;
+}
+
+/* Add a wait for memory of usec to the top-level statement of queryid. */
+void
+gm_statements_note_wait(uint64 queryid, int64 usec)
+{
+	GmStmtKey	key;
+	GmStmtEntry *entry;
+
+	if (stmt_entries == NULL || queryid == UINT64CONST(0) || LWLockHeldByMe(stmt_shared->lock))
+		return;
+	make_key(&key, queryid, 0);
+	LWLockAcquire(stmt_shared->lock, LW_SHARED);
+	entry = entry_find(&key, key_hash(&key));
+	if (entry != NULL)
+	{
+		SpinLockAcquire(&entry->mutex);
+		entry->c.waits++;
+		entry->c.wait_usec += usec;
+		SpinLockRelease(&entry->mutex);
+	}
+	LWLockRelease(stmt_shared->lock);
+}
+
 /* Store the "out of memory" errors emit_log_hook noted. */
 static void
 flush_pending(void)
@@ -941,7 +994,8 @@ require_hash(void)
 }
 
 /* The columns of glibc_malloc_statements() and glibc_malloc_statements_info(). */
-#define GM_STMT_COLS		21
+#define GM_STMT_COLS		23
+#define GM_STMT_COLS_1_6	21	/* before waits and wait_time */
 #define GM_STMT_INFO_COLS	4
 
 /*
@@ -971,9 +1025,13 @@ glibc_malloc_statements(PG_FUNCTION_ARGS)
 	ReturnSetInfo *rsinfo = (ReturnSetInfo *) fcinfo->resultinfo;
 	Oid			userid = GetUserId();
 	bool		all = has_privs_of_role(userid, ROLE_PG_READ_ALL_STATS);
+	int			ncols;
+
 	require_hash();
 	gm_init_srf(fcinfo);
-	check_columns(rsinfo->setDesc, GM_STMT_COLS, "glibc_malloc_statements");
+	ncols = rsinfo->setDesc->natts;
+	if (ncols != GM_STMT_COLS_1_6)
+		check_columns(rsinfo->setDesc, GM_STMT_COLS, "glibc_malloc_statements");
 
 	LWLockAcquire(stmt_shared->lock, LW_SHARED);
 	for (int e = 0; e < stmt_shared->nentries; e++)
@@ -1024,7 +1082,12 @@ glibc_malloc_statements(PG_FUNCTION_ARGS)
 		values[j++] = Int64GetDatum(c.max_heap_growth);
 		values[j++] = Int64GetDatum(c.oom_errors);
 		values[j++] = Int64GetDatum(c.limit_oom_errors);
-		Assert(j == lengthof(values));
+		if (ncols == GM_STMT_COLS)
+		{
+			values[j++] = Int64GetDatum(c.waits);
+			values[j++] = Float8GetDatum(c.wait_usec / 1000.0);
+		}
+		Assert(j == ncols);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
 	}
 	LWLockRelease(stmt_shared->lock);

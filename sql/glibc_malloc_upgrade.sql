@@ -106,3 +106,9 @@ SELECT has_table_privilege('public', 'glibc_malloc_counters', 'select') AS publi
 -- glibc_malloc_guard gains the reserve for small work (NULL while the
 -- guard is not engaged).
 SELECT reserve_bytes, reserve_shrunk FROM glibc_malloc_guard;
+-- glibc_malloc.memory_wait: glibc_malloc_guard counts the waits for memory,
+-- glibc_malloc_statements each query's.
+SELECT waits >= 0 AS waits, wait_time >= 0 AS wait_time, admissions >= 0 AS admissions,
+       wait_timeouts >= 0 AS timeouts FROM glibc_malloc_guard;
+SELECT count(*) >= 0 AS reads FROM glibc_malloc_statements WHERE waits >= 0 AND wait_time >= 0;
+SELECT has_table_privilege('public', 'glibc_malloc_statements', 'select') AS public_may_read;

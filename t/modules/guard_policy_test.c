@@ -274,6 +274,120 @@ main(void)
 		ok(bad_working == 0, "working: started, running, or grew");
 	}
 
+	/* The admission of statements waiting for memory (memory_wait). */
+	{
+		GmAdmitWaiter w[8];
+		int			n;
+
+		/* A waiter: id, arrival, need (MB), waited and patience (ms). */
+#define WAITER(i, arr, mb, waited, patience) \
+		(w[i].id = (arr), w[i].arrival = (arr), w[i].need = (mb) * MB, \
+		 w[i].waited_ms = (waited), w[i].patience_ms = (patience), w[i].admit = true)
+
+		/* Given out of order: admitted in arrival order, while they fit. */
+		WAITER(0, 3, 400, 0, 10000);
+		WAITER(1, 1, 400, 0, 10000);
+		WAITER(2, 2, 400, 0, 10000);
+		n = gm_guard_admit(900 * MB, w, 3);
+		ok(n == 2 && w[0].arrival == 1 && w[0].admit && w[1].admit && !w[2].admit,
+		   "900 MB, three of 400 MB: the first two to arrive go, the third waits");
+
+		/* Nothing available: nobody goes; a need of 0 always fits. */
+		WAITER(0, 1, 100, 0, 10000);
+		n = gm_guard_admit(0, w, 1);
+		ok(n == 0 && !w[0].admit, "nothing available: a waiter of 100 MB waits");
+		WAITER(0, 1, 100, 0, 10000);
+		n = gm_guard_admit(-50 * MB, w, 1);
+		ok(n == 0 && !w[0].admit, "less than nothing (reservations above the headroom): it waits");
+		WAITER(0, 1, 100, 0, 10000);
+		n = gm_guard_admit(100 * MB, w, 1);
+		ok(n == 1 && w[0].admit, "exactly what it needs: it goes");
+
+		/* A small one passes a head that does not fit, while the head is young. */
+		WAITER(0, 1, 500, 1000, 10000);
+		WAITER(1, 2, 50, 0, 10000);
+		n = gm_guard_admit(200 * MB, w, 2);
+		ok(n == 1 && !w[0].admit && w[1].admit,
+		   "a head of 500 MB that does not fit 200 MB, waiting 1 of 10 s: a query of 50 MB behind it goes");
+
+		/* A small query is not starved behind a large one that never fits. */
+		{
+			int			small_went = 0;
+
+			for (int t = 0; t < 20; t++)
+			{
+				WAITER(0, 1, 2000, t * 100, 10000);
+				WAITER(1, 2 + t, 20, 0, 10000);
+				(void) gm_guard_admit(300 * MB, w, 2);
+				if (w[0].arrival == 2 + t ? w[0].admit : w[1].admit)
+					small_went++;
+			}
+			ok(small_went == 20, "a head of 2000 MB that never fits 300 MB: every small query behind it goes");
+		}
+
+		/* Past half of its memory_wait, the head keeps its need: no more passing. */
+		WAITER(0, 1, 500, 5000, 10000);
+		WAITER(1, 2, 50, 0, 10000);
+		n = gm_guard_admit(200 * MB, w, 2);
+		ok(n == 0 && !w[0].admit && !w[1].admit,
+		   "the head waited 5 of 10 s: the 200 MB free are kept for it, the small one waits");
+		WAITER(0, 1, 500, 6000, 10000);
+		WAITER(1, 2, 50, 0, 10000);
+		n = gm_guard_admit(560 * MB, w, 2);
+		ok(n == 2 && w[0].admit && w[1].admit,
+		   "560 MB: the head of 500 MB goes, and the small one with what is left");
+		WAITER(0, 1, 500, 6000, 10000);
+		WAITER(1, 2, 50, 0, 10000);
+		WAITER(2, 3, 40, 0, 10000);
+		n = gm_guard_admit(540 * MB, w, 3);
+		ok(n == 2 && w[0].admit && !w[1].admit && w[2].admit,
+		   "540 MB: the head goes, 50 MB does not fit the 40 MB left, 40 MB behind it does");
+		/* Beyond what the head waits for, others still go. */
+		WAITER(0, 1, 300, 6000, 10000);
+		WAITER(1, 2, 50, 0, 10000);
+		n = gm_guard_admit(200 * MB, w, 2);
+		ok(n == 0, "a due head of 300 MB and 200 MB free: nothing passes it");
+		WAITER(0, 1, 300, 6000, 10000);
+		WAITER(1, 2, 50, 0, 10000);
+		WAITER(2, 3, 500, 9000, 20000);
+		n = gm_guard_admit(290 * MB, w, 3);
+		ok(n == 0 && !w[1].admit,
+		   "two due waiters keep their needs: 290 MB admit nobody");
+
+		/* Bursts: 8 of 400 MB in 900 MB, reservations ending two at a time: arrival order. */
+		{
+			bool		done[8] = {0};
+			int			order[8];
+			int			norder = 0;
+			bool		in_order = true;
+
+			for (int round = 0; round < 8 && norder < 8; round++)
+			{
+				int			k = 0;
+				int64		running = 0;
+
+				for (int i = 0; i < 8; i++)
+					if (!done[i])
+					{
+						WAITER(k, i + 1, 400, round * 3000, 30000);
+						k++;
+					}
+				(void) gm_guard_admit(900 * MB - running, w, k);
+				for (int i = 0; i < k; i++)
+					if (w[i].admit)
+					{
+						done[w[i].arrival - 1] = true;
+						order[norder++] = (int) w[i].arrival;
+					}
+			}
+			for (int i = 0; i < norder; i++)
+				if (order[i] != i + 1)
+					in_order = false;
+			ok(norder == 8 && in_order, "8 of 400 MB in 900 MB, as reservations end: all admitted, in arrival order");
+		}
+#undef WAITER
+	}
+
 	printf("1..%d\n", ntests);
 	return nfailed > 0;
 }
