@@ -387,10 +387,11 @@ static void
 gm_ExecutorStart(QueryDesc *queryDesc, int eflags)
 {
 	oom_counted = false;
+	/* Admitted after waiting, it counts as working from the monitor's next look. */
 	if (nesting == 0)
 	{
-		gm_guard_top_statement_start();
 		wait_for_memory(queryDesc, eflags);
+		gm_guard_top_statement_start();
 	}
 	statement_start();
 	gm_doctor_statement_start(queryDesc);

@@ -361,6 +361,7 @@ extern void gm_shmem_wait_count(GmWaitCount kind, int64 n);
 extern void gm_shmem_wait_counts(int64 *counts);
 extern int64 gm_shmem_guard_headroom(void);
 extern bool gm_shmem_guard_engaged(void);
+extern bool gm_shmem_waits_for_memory(int slotno, int pid);
 
 /* 4. guard_policy.c */
 /* A process's growth not measured yet. */

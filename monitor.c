@@ -897,6 +897,12 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 		starts = gm_shmem_guard_starts(s->slot);
 		c->started = starts != g->starts;
 		g->starts = starts;
+		/* Waiting for memory (memory_wait): idle until admitted. */
+		if (gm_shmem_waits_for_memory(s->slot, s->pid))
+		{
+			c->started = false;
+			c->waits_for_client = true;
+		}
 		c->cur_limit = g->pid == s->pid ? g->limit : GM_NO_LIMIT;
 	}
 

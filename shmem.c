@@ -1239,6 +1239,18 @@ gm_shmem_guard_headroom(void)
 	return -1;
 }
 
+/*
+ * The monitor: whether process pid, in slot slotno, waits for memory now
+ * (a read without the lock: the guard counts it as idle until admitted).
+ */
+bool
+gm_shmem_waits_for_memory(int slotno, int pid)
+{
+	GmWaitSlot *ws = &shared->slots[slotno].wait;
+
+	return ws->state == GM_WAIT_WAITING && ws->pid == pid;
+}
+
 /* Whether the memory guard is engaged now (a flag read). */
 bool
 gm_shmem_guard_engaged(void)

@@ -95,6 +95,9 @@ DROP EXTENSION glibc_malloc;
 CREATE EXTENSION glibc_malloc VERSION '1.6';
 SELECT count(*) FROM pg_class WHERE relname = 'glibc_malloc_counters';
 SELECT glibc_malloc_trim_backend(pg_backend_pid());
+-- The 1.6 definitions (21 and 15 columns) still read with this library.
+SELECT count(*) >= 0 AS reads FROM glibc_malloc_statements;
+SELECT enabled IS NOT NULL AS reads FROM glibc_malloc_guard;
 ALTER EXTENSION glibc_malloc UPDATE TO '1.7';
 SELECT extversion FROM pg_extension WHERE extname = 'glibc_malloc';
 SELECT remote_trims >= 1 AS counted, idle_releases >= 0 AS idle, oom_errors >= 0 AS oom,
