@@ -362,6 +362,7 @@ extern void gm_shmem_wait_counts(int64 *counts);
 extern int64 gm_shmem_guard_headroom(void);
 extern bool gm_shmem_guard_engaged(void);
 extern bool gm_shmem_waits_for_memory(int slotno, int pid);
+extern int64 gm_shmem_wait_reserved(int slotno, int pid, int64 vmdata);
 
 /* 4. guard_policy.c */
 /* A process's growth not measured yet. */
@@ -397,6 +398,8 @@ typedef struct GmGuardProc
 	bool		waits_for_client;	/* idle, or idle in a transaction */
 	bool		started;		/* a statement started since the last look */
 	int64		cur_limit;		/* the guard's limit now; GM_NO_LIMIT = none */
+	int64		reserved;		/* an admitted statement's reservation not
+								 * mapped yet (memory_wait); 0 = none */
 	/* the decision */
 	bool		working;
 	int64		allow;			/* it may map this much more, from the budget */

@@ -75,6 +75,14 @@
 /* A waiter looks again at least this often (the monitor looks every 50 ms). */
 #define GM_WAIT_POLL_MS			50
 
+/*
+ * A statement's need is its recorded executor peak times this: the peak is
+ * the bytes in use in its memory contexts at its end; its process maps
+ * more (a sort's array is copied when it grows, glibc keeps some free).
+ * Measured: a 64 MB sort's VmData grew about 78 MB.
+ */
+#define GM_WAIT_NEED_FACTOR		1.25
+
 /* A statement expected to take less does not wait (the reserve covers it). */
 #define GM_WAIT_MIN_NEED		((int64) 1024 * 1024)
 
@@ -297,6 +305,7 @@ gm_guard_wait_for_memory(int64 need)
 	bool		timed_out = false;
 
 	gm_guard_wait_end();
+	need = (int64) (need * GM_WAIT_NEED_FACTOR);
 	if (need < GM_WAIT_MIN_NEED)
 		return 0;
 	if (admit_buf == NULL)

@@ -31,6 +31,10 @@
  * next, and so on, the largest getting the remainder (all of it when it
  * works alone).  What one class does not take goes to the other.
  *
+ * A statement admitted after waiting for memory (memory_wait) gets what
+ * it reserved and has not mapped yet before anybody gets anything: the
+ * admission counted on it.
+ *
  * On top of that every process may map its reserve (GM_GUARD_PROC_RESERVE):
  * room for small work (SELECT 1, a login's first query, the catalog
  * catch-up after a sinval reset, NOTIFY delivery at the idle point, where
@@ -206,6 +210,15 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 	qsort(procs, n, sizeof(GmGuardProc), cmp_vmdata_asc);
 	nidle = n - nworking;
 
+	/* Admitted statements first: what they reserved and have not mapped. */
+	for (int i = 0; i < n; i++)
+	{
+		GmGuardProc *p = &procs[i];
+
+		p->allow = Min(Max(p->reserved, 0), budget);
+		budget -= p->allow;
+	}
+
 	/*
 	 * Those not working: at most GM_GUARD_FLOOR each, from at most half of
 	 * the budget, and only twice their last growth while others work (their
@@ -220,11 +233,13 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 		{
 			GmGuardProc *p = &procs[i];
 			int64		growth = p->growth == GM_GROWTH_UNKNOWN ? 0 : Max(p->growth, 0);
+			int64		more;
 
 			if (p->working)
 				continue;
-			p->allow = nworking > 0 ? Min(2 * growth, each) : each;
-			budget -= p->allow;
+			more = Min(nworking > 0 ? Min(2 * growth, each) : each, budget);
+			p->allow += more;
+			budget -= more;
 		}
 	}
 	/* Working processes, smallest first: twice their last growth ... */
@@ -232,11 +247,14 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 	{
 		GmGuardProc *p = &procs[i];
 		int64		growth = p->growth == GM_GROWTH_UNKNOWN ? 0 : Max(p->growth, 0);
+		int64		more;
 
 		if (!p->working)
 			continue;
-		p->allow = Min(2 * growth, budget);
-		budget -= p->allow;
+		more = Min(2 * growth, budget);
+
+		p->allow += more;
+		budget -= more;
 	}
 	/* ... then half of what is left, a quarter, ...; the largest the rest. */
 	for (int i = 0, seen = 0; i < n; i++)

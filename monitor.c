@@ -903,6 +903,7 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 			c->started = false;
 			c->waits_for_client = true;
 		}
+		c->reserved = gm_shmem_wait_reserved(s->slot, s->pid, vm);
 		c->cur_limit = g->pid == s->pid ? g->limit : GM_NO_LIMIT;
 	}
 

@@ -1251,6 +1251,26 @@ gm_shmem_waits_for_memory(int slotno, int pid)
 	return ws->state == GM_WAIT_WAITING && ws->pid == pid;
 }
 
+/*
+ * The monitor: the bytes process pid, in slot slotno, reserved for its
+ * admitted statement and has not mapped yet, at VmData vmdata; 0 = none.
+ * The lock only when it has a reservation.
+ */
+int64
+gm_shmem_wait_reserved(int slotno, int pid, int64 vmdata)
+{
+	GmWaitSlot *ws = &shared->slots[slotno].wait;
+	int64		left = 0;
+
+	if (ws->state != GM_WAIT_ADMITTED)
+		return 0;
+	LWLockAcquire(shared->wait_lock, LW_SHARED);
+	if (ws->state == GM_WAIT_ADMITTED && ws->pid == pid && ws->base_vmdata >= 0)
+		left = Max(ws->need - Max(vmdata - ws->base_vmdata, 0), 0);
+	LWLockRelease(shared->wait_lock);
+	return left;
+}
+
 /* Whether the memory guard is engaged now (a flag read). */
 bool
 gm_shmem_guard_engaged(void)

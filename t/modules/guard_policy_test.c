@@ -274,6 +274,45 @@ main(void)
 		ok(bad_working == 0, "working: started, running, or grew");
 	}
 
+	/*
+	 * An admitted statement's reservation comes first: a newcomer with a
+	 * small VmData that starts working does not take it (the halving gives
+	 * the smallest half of what is left).
+	 */
+	{
+		GmGuardProc pr[3];
+		GmGuardProc *a;
+		GmGuardProc *b;
+
+		memset(&in, 0, sizeof(in));
+		in.limit = 800 * MB;
+		in.usage = 600 * MB;	/* headroom 136 MB */
+		in.engaged = true;
+		pr[0] = proc(1, 70 * MB, 0, false, false);	/* admitted, mapped 10 of 80 */
+		pr[0].reserved = 70 * MB;
+		pr[1] = proc(2, 8 * MB, GM_GROWTH_UNKNOWN, false, true);	/* a newcomer */
+		pr[2] = proc(3, 8 * MB, 0, true, false);	/* idle */
+		gm_guard_policy(&in, pr, 3, &d);
+		a = find(pr, 3, 1);
+		b = find(pr, 3, 2);
+		ok(a->allow >= 70 * MB, "an admitted statement may still map what it reserved");
+		ok(b->allow > 0 && b->allow <= d.budget - 70 * MB, "a newcomer shares only what is left beyond it");
+		sum = 0;
+		for (int i = 0; i < 3; i++)
+			sum += pr[i].allow;
+		ok(sum <= d.budget, "reservations and shares stay within the budget");
+		pr[0] = proc(1, 70 * MB, 0, false, false);
+		pr[0].reserved = 500 * MB;
+		pr[1] = proc(2, 8 * MB, GM_GROWTH_UNKNOWN, false, true);
+		pr[2] = proc(3, 8 * MB, 0, true, false);
+		gm_guard_policy(&in, pr, 3, &d);
+		sum = 0;
+		for (int i = 0; i < 3; i++)
+			sum += pr[i].allow;
+		ok(find(pr, 3, 1)->allow == d.budget && sum == d.budget,
+		   "a reservation larger than the budget gets the budget, no more");
+	}
+
 	/* The admission of statements waiting for memory (memory_wait). */
 	{
 		GmAdmitWaiter w[8];
