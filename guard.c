@@ -288,6 +288,8 @@ admission_round(int64 now)
 	return admitted;
 }
 
+static bool wait_loop(int64 start, bool *timed_out);
+
 /*
  * Before a top-level statement expected to take need bytes (its recorded
  * executor peak), once gm_guard_may_wait said yes: queue it, and wait
@@ -302,7 +304,7 @@ gm_guard_wait_for_memory(int64 need)
 	int64		start;
 	int64		waited;
 	bool		admitted;
-	bool		timed_out = false;
+	volatile bool timed_out = false;
 
 	gm_guard_wait_end();
 	need = (int64) (need * GM_WAIT_NEED_FACTOR);
@@ -330,36 +332,18 @@ gm_guard_wait_for_memory(int64 need)
 	if (admitted)
 		return 0;
 	gm_shmem_wait_count(GM_WAIT_WAITS, 1);
-	while (!admitted)
+	/* Cancelled, timed out, terminated or given up: counted, left. */
+	PG_TRY();
 	{
-		int64		now = gm_monotonic_usec();
-		int64		left_ms = memory_wait - (now - start) / 1000;
-
-		if (left_ms <= 0)
-		{
-			timed_out = true;
-			break;
-		}
-		if (!gm_shmem_guard_engaged())
-			break;
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 Min(left_ms, GM_WAIT_POLL_MS), gm_memory_wait_event());
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
-		if (blocks_others())
-		{
-			waited = gm_monotonic_usec() - start;
-			gm_guard_wait_end();
-			gm_shmem_wait_count(GM_WAIT_USEC, waited);
-			ereport(ERROR,
-					(errcode(ERRCODE_OUT_OF_MEMORY),
-					 errmsg("out of memory"),
-					 errdetail("The statement waited %.1f s for memory (glibc_malloc.memory_wait) and gave up because another session waits for a lock it holds.",
-							   waited / 1000000.0),
-					 errhint("Retry when fewer large queries run, lower work_mem, or raise the container's memory limit.")));
-		}
-		admitted = admission_round(gm_monotonic_usec());
+		admitted = wait_loop(start, (bool *) &timed_out);
 	}
+	PG_CATCH();
+	{
+		gm_shmem_wait_count(GM_WAIT_USEC, gm_monotonic_usec() - start);
+		gm_guard_wait_end();
+		PG_RE_THROW();
+	}
+	PG_END_TRY();
 	waited = gm_monotonic_usec() - start;
 	if (!admitted)
 	{
@@ -370,6 +354,43 @@ gm_guard_wait_for_memory(int64 need)
 	}
 	gm_shmem_wait_count(GM_WAIT_USEC, waited);
 	return Max(waited, 1);
+}
+
+/*
+ * The wait itself, from start: returns whether the statement was
+ * admitted (*timed_out: memory_wait ran out; else the guard let go).
+ */
+static bool
+wait_loop(int64 start, bool *timed_out)
+{
+	bool		admitted = false;
+
+	while (!admitted)
+	{
+		int64		now = gm_monotonic_usec();
+		int64		left_ms = memory_wait - (now - start) / 1000;
+
+		if (left_ms <= 0)
+		{
+			*timed_out = true;
+			break;
+		}
+		if (!gm_shmem_guard_engaged())
+			break;
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Min(left_ms, GM_WAIT_POLL_MS), gm_memory_wait_event());
+		ResetLatch(MyLatch);
+		CHECK_FOR_INTERRUPTS();
+		if (blocks_others())
+			ereport(ERROR,
+					(errcode(ERRCODE_OUT_OF_MEMORY),
+					 errmsg("out of memory"),
+					 errdetail("The statement waited %.1f s for memory (glibc_malloc.memory_wait) and gave up because another session waits for a lock it holds.",
+							   (gm_monotonic_usec() - start) / 1000000.0),
+					 errhint("Retry when fewer large queries run, lower work_mem, or raise the container's memory limit.")));
+		admitted = admission_round(gm_monotonic_usec());
+	}
+	return admitted;
 }
 
 /*
