@@ -87,7 +87,7 @@
 #define GM_WAIT_MIN_NEED		((int64) 1024 * 1024)
 
 /* GUC glibc_malloc.memory_wait, ms; 0 = fail at once. */
-static int	memory_wait = 10000;
+static int	memory_wait = 30000;
 
 /* This process's statement is queued or admitted (gm_shmem_wait_leave due). */
 static bool wait_entered = false;
@@ -556,7 +556,7 @@ gm_guard_define_gucs(void)
 							"While the memory guard is engaged, a query whose recorded memory peak does not fit waits up to this long for memory (0: run at once).",
 							"Only top-level statements of queries in glibc_malloc_statements (glibc_malloc.track_statements). A waiter another session waits for gives up at once with an error; a wait that runs out runs the query.",
 							&memory_wait,
-							10000, 0, 3600 * 1000,
+							30000, 0, 3600 * 1000,
 							PGC_USERSET,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
