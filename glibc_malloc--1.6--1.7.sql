@@ -37,49 +37,12 @@ COMMENT ON VIEW glibc_malloc_counters IS
 -- glibc_malloc_guard gains the reserve for small work each guarded backend
 -- gets on top of its share of the budget, and whether the reserves of all
 -- were shrunk to fit the guard's margin (NULL while the guard is not
--- engaged).
-DROP VIEW glibc_malloc_guard;
-DROP FUNCTION glibc_malloc_guard();
-
-CREATE FUNCTION glibc_malloc_guard(
-    OUT enabled boolean,
-    OUT engaged boolean,
-    OUT limit_bytes bigint,
-    OUT usage_bytes bigint,
-    OUT target_bytes bigint,
-    OUT headroom_bytes bigint,
-    OUT limited_processes integer,
-    OUT rounds bigint,
-    OUT limits_lowered bigint,
-    OUT guard_errors bigint,
-    OUT max_backend_memory_errors bigint,
-    OUT last_action text,
-    OUT last_action_at timestamptz,
-    OUT reserve_bytes bigint,
-    OUT reserve_shrunk boolean)
-RETURNS record
-AS 'MODULE_PATHNAME', 'glibc_malloc_guard'
-LANGUAGE C STRICT VOLATILE PARALLEL RESTRICTED;
-
-COMMENT ON FUNCTION glibc_malloc_guard() IS
-'The memory guard: the headroom it keeps, the limits it lowered, the errors they caused, the reserve for small work';
-
-REVOKE ALL ON FUNCTION glibc_malloc_guard() FROM PUBLIC;
-GRANT EXECUTE ON FUNCTION glibc_malloc_guard() TO pg_read_all_stats;
-
-CREATE VIEW glibc_malloc_guard AS
-  SELECT * FROM glibc_malloc_guard();
-
-REVOKE ALL ON glibc_malloc_guard FROM PUBLIC;
-GRANT SELECT ON glibc_malloc_guard TO pg_read_all_stats;
-
-COMMENT ON VIEW glibc_malloc_guard IS
-'The memory guard: the headroom it keeps, the limits it lowered, the errors they caused, the reserve for small work';
-
--- glibc_malloc.memory_wait: glibc_malloc_guard gains the statements that
--- waited for memory, their time waited (ms), the statements admitted with
--- a reservation, and the waits that ran out; glibc_malloc_statements each
--- query's waits and time waited.
+-- engaged); and the OOM kills the kernel counted in the server's cgroup
+-- (memory.events oom_kill and oom_group_kill on cgroup v2,
+-- memory.oom_control oom_kill on cgroup v1; NULL where there is none);
+-- and glibc_malloc.memory_wait's counts: the statements that waited for
+-- memory, their time waited (ms), the statements admitted with a
+-- reservation, and the waits that ran out.
 DROP VIEW glibc_malloc_guard;
 DROP FUNCTION glibc_malloc_guard();
 
@@ -99,6 +62,8 @@ CREATE FUNCTION glibc_malloc_guard(
     OUT last_action_at timestamptz,
     OUT reserve_bytes bigint,
     OUT reserve_shrunk boolean,
+    OUT oom_kills bigint,
+    OUT oom_group_kills bigint,
     OUT waits bigint,
     OUT wait_time double precision,
     OUT admissions bigint,
@@ -108,7 +73,7 @@ AS 'MODULE_PATHNAME', 'glibc_malloc_guard'
 LANGUAGE C STRICT VOLATILE PARALLEL RESTRICTED;
 
 COMMENT ON FUNCTION glibc_malloc_guard() IS
-'The memory guard: the headroom it keeps, the limits it lowered, the errors they caused, the reserve for small work, the waits for memory';
+'The memory guard: the headroom it keeps, the limits it lowered, the errors they caused, the reserve for small work, the kernel''s OOM kills, the waits for memory';
 
 REVOKE ALL ON FUNCTION glibc_malloc_guard() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION glibc_malloc_guard() TO pg_read_all_stats;
@@ -120,8 +85,10 @@ REVOKE ALL ON glibc_malloc_guard FROM PUBLIC;
 GRANT SELECT ON glibc_malloc_guard TO pg_read_all_stats;
 
 COMMENT ON VIEW glibc_malloc_guard IS
-'The memory guard: the headroom it keeps, the limits it lowered, the errors they caused, the reserve for small work, the waits for memory';
+'The memory guard: the headroom it keeps, the limits it lowered, the errors they caused, the reserve for small work, the kernel''s OOM kills, the waits for memory';
 
+-- glibc_malloc_statements gains each query's waits for memory and time
+-- waited (glibc_malloc.memory_wait).
 DROP VIEW glibc_malloc_statements;
 DROP FUNCTION glibc_malloc_statements();
 
@@ -163,3 +130,49 @@ GRANT SELECT ON glibc_malloc_statements TO PUBLIC;
 
 COMMENT ON VIEW glibc_malloc_statements IS
 'Memory per query: executor and planner peaks, heap change, out-of-memory errors, waits for memory';
+
+
+-- glibc_malloc_monitor gains the commit limit's headroom, CommitLimit -
+-- Committed_AS from /proc/meminfo: what malloc may still map under
+-- vm.overcommit_memory = 2.
+DROP VIEW glibc_malloc_monitor;
+DROP FUNCTION glibc_malloc_monitor();
+
+CREATE FUNCTION glibc_malloc_monitor(
+    OUT pid integer,
+    OUT enabled boolean,
+    OUT source text,
+    OUT cgroup text,
+    OUT limit_bytes bigint,
+    OUT usage_bytes bigint,
+    OUT fraction float8,
+    OUT psi_some_avg10 float8,
+    OUT under_pressure boolean,
+    OUT total_free_bytes bigint,
+    OUT max_total_free_bytes bigint,
+    OUT rounds bigint,
+    OUT backends_asked bigint,
+    OUT asked_bytes bigint,
+    OUT returned_bytes bigint,
+    OUT last_action text,
+    OUT last_action_at timestamptz,
+    OUT checked_at timestamptz,
+    OUT commit_headroom_bytes bigint)
+RETURNS record
+AS 'MODULE_PATHNAME', 'glibc_malloc_monitor'
+LANGUAGE C STRICT VOLATILE PARALLEL RESTRICTED;
+
+COMMENT ON FUNCTION glibc_malloc_monitor() IS
+'The memory monitor: the limit it sees, the usage, and what it last did';
+
+REVOKE ALL ON FUNCTION glibc_malloc_monitor() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION glibc_malloc_monitor() TO pg_read_all_stats;
+
+CREATE VIEW glibc_malloc_monitor AS
+  SELECT * FROM glibc_malloc_monitor();
+
+REVOKE ALL ON glibc_malloc_monitor FROM PUBLIC;
+GRANT SELECT ON glibc_malloc_monitor TO pg_read_all_stats;
+
+COMMENT ON VIEW glibc_malloc_monitor IS
+'The memory monitor: the limit it sees, the usage, and what it last did';

@@ -218,6 +218,10 @@ typedef struct GmMonitorState
 	int64		limit_bytes;	/* -1 = no limit */
 	int64		usage_bytes;	/* -1 = unknown */
 	double		psi_some_avg10; /* -1 = unknown */
+	int64		commit_headroom;	/* CommitLimit - Committed_AS, bytes;
+									 * PG_INT64_MIN = unknown */
+	int64		oom_kills;		/* the server's cgroup's oom_kill; -1 */
+	int64		oom_group_kills;	/* and oom_group_kill (v2); -1 */
 	bool		under_pressure;
 	int64		total_free_bytes;	/* resident free heap of all backends */
 	TimestampTz checked_at;
@@ -229,6 +233,8 @@ typedef struct GmMonitorState
 	TimestampTz last_action_at; /* 0 = none yet */
 	/* the memory guard (glibc_malloc.memory_guard) */
 	bool		guard_enabled;
+	int			guard_mode;		/* GmGuardMode, as the monitor last read it */
+	bool		guard_covers;	/* the mode guards the source read */
 	bool		guard_engaged;	/* limits are set */
 	int64		guard_engaged_at;	/* gm_monotonic_usec() of the last tick
 									 * with limits set; 0 = never */
@@ -365,10 +371,29 @@ extern bool gm_shmem_waits_for_memory(int slotno, int pid);
 extern int64 gm_shmem_wait_reserved(int slotno, int pid, int64 vmdata);
 
 /* 4. guard_policy.c */
+/* glibc_malloc.memory_guard's values. */
+typedef enum GmGuardMode
+{
+	GM_GUARD_OFF,
+	GM_GUARD_CGROUP,			/* under a cgroup limit (the default) */
+	GM_GUARD_MACHINE,			/* also on a whole machine, by choice */
+	GM_GUARD_NMODES
+} GmGuardMode;
+
+/* What limits the server's memory, as the monitor reads it. */
+typedef enum GmLimitSource
+{
+	GM_LIMIT_NONE,				/* nothing readable */
+	GM_LIMIT_SYSTEM,			/* MemTotal - MemAvailable of MemTotal */
+	GM_LIMIT_CGROUP_V1,
+	GM_LIMIT_CGROUP_V2,
+	GM_NLIMIT_SOURCES
+} GmLimitSource;
+
 /* A process's growth not measured yet. */
 #define GM_GROWTH_UNKNOWN	PG_INT64_MIN
 
-/* The guard's levels for one cgroup limit, bytes. */
+/* The guard's levels for one limit, bytes. */
 typedef struct GmGuardLevels
 {
 	int64		target;			/* the usage the guard keeps the server under */
@@ -380,7 +405,7 @@ typedef struct GmGuardLevels
 /* What the policy is given about the server. */
 typedef struct GmGuardInput
 {
-	int64		limit;			/* the cgroup's limit; <= 0: none */
+	int64		limit;			/* the limit guarded; <= 0: none */
 	int64		usage;			/* its usage; -1 = unknown */
 	bool		engaged;		/* the guard was engaged before this look */
 	int64		asked_pending;	/* free heap asked for, not returned yet */
@@ -438,6 +463,7 @@ typedef struct GmAdmitWaiter
 	bool		admit;
 } GmAdmitWaiter;
 
+extern bool gm_guard_covers(GmGuardMode mode, GmLimitSource source);
 extern void gm_guard_levels(int64 limit, GmGuardLevels *lv);
 extern int	gm_guard_admit(int64 available, GmAdmitWaiter *waiters, int n);
 extern bool gm_guard_engaged_after(int64 limit, int64 usage, bool engaged);

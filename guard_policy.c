@@ -2,7 +2,8 @@
  *
  * guard_policy.c
  *		The memory guard's decisions, as a pure function: from a snapshot
- *		(the cgroup's limit and usage, each guarded process's VmData,
+ *		(the limit and usage, a cgroup's or with glibc_malloc.memory_guard =
+ *		machine the whole machine's, each guarded process's VmData,
  *		RssAnon, growth and whether it works) to each process's limit.
  *
  * No I/O, no globals, no PostgreSQL calls: monitor.c reads /proc and the
@@ -10,7 +11,7 @@
  * t/035_guard_policy.pl compiles this file with a test driver and feeds it
  * tables of snapshots, without a server or a cgroup.
  *
- * The levels, for a cgroup limit L: the target, the usage the guard keeps
+ * The levels, for a limit L: the target, the usage the guard keeps
  * the server under, is L minus the margin (at least GM_GUARD_RESERVE of L,
  * up to GM_GUARD_MARGIN when that is more, at most GM_GUARD_MAX_RESERVE of
  * L): the kernel needs room to reclaim file pages before it kills.  The
@@ -82,6 +83,29 @@
 #define GM_GUARD_RESERVE_SHARE 0.5	/* ... this much of the margin */
 #define GM_ADMIT_PASS_SHARE	0.5	/* a waiter may be passed for this much of
 									 * its memory_wait */
+
+/*
+ * Which limits each value of glibc_malloc.memory_guard guards.  A whole
+ * machine's (source "system") only by choice: there the usage also counts
+ * what the guard cannot move (other programs, huge pages, a ZFS ARC,
+ * another cluster), and a server upgraded from a version without it must
+ * not start failing queries at three quarters of the machine's memory.
+ */
+static const bool gm_guard_coverage[GM_GUARD_NMODES][GM_NLIMIT_SOURCES] = {
+	/* none, system, cgroup v1, cgroup v2 */
+	[GM_GUARD_OFF] = {false, false, false, false},
+	[GM_GUARD_CGROUP] = {false, false, true, true},
+	[GM_GUARD_MACHINE] = {false, true, true, true},
+};
+
+/* Whether the guard in mode acts on a limit read from source. */
+bool
+gm_guard_covers(GmGuardMode mode, GmLimitSource source)
+{
+	if ((int) mode < 0 || mode >= GM_GUARD_NMODES || (int) source < 0 || source >= GM_NLIMIT_SOURCES)
+		return false;
+	return gm_guard_coverage[mode][source];
+}
 
 /* The guard's levels for a limit of limit bytes. */
 void

@@ -102,21 +102,12 @@ PGDLLEXPORT void glibc_malloc_monitor_main(Datum arg);
 #define GM_GUARD_WAKE_MS	10		/* statement starts wake it at most this often */
 
 /* GUCs (SIGHUP: the monitor is server-wide policy). */
-static bool memory_guard = true;
+static int	memory_guard = GM_GUARD_CGROUP;
 static bool monitor_enabled = true;
 static double monitor_fraction = 0.9;
 static double monitor_psi = 10.0;
 static int	max_total_free = -1;	/* kB */
 static char *monitor_cgroup = NULL;
-
-/* What limits the server's memory. */
-typedef enum GmLimitSource
-{
-	GM_LIMIT_NONE,				/* nothing readable */
-	GM_LIMIT_SYSTEM,
-	GM_LIMIT_CGROUP_V1,
-	GM_LIMIT_CGROUP_V2
-} GmLimitSource;
 
 static const char *const limit_source_names[] = {"none", "system", "cgroup v1", "cgroup v2"};
 
@@ -127,6 +118,9 @@ typedef struct GmLimits
 	int64		limit;			/* -1 = none */
 	int64		usage;			/* -1 = unknown */
 	double		psi;			/* some avg10, -1 = unknown */
+	int64		commit_headroom;	/* CommitLimit - Committed_AS; PG_INT64_MIN */
+	int64		oom_kills;		/* the server's cgroup's, -1 = none */
+	int64		oom_group_kills;	/* -1 = none */
 } GmLimits;
 
 /* Where to read (the monitor's process-local state). */
@@ -239,27 +233,39 @@ read_bytes(const char *dir, const char *file)
 	return v;
 }
 
+/* The value of "key N" or "key: N" in text read from such a file; -1 if absent. */
+static int64
+find_key(const char *buf, const char *key)
+{
+	size_t		klen = strlen(key);
+
+	for (const char *line = buf; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
+	{
+		if (strncmp(line, key, klen) == 0 && (line[klen] == ' ' || line[klen] == ':'))
+		{
+			const char *p = line + klen + 1;
+			char	   *end;
+			int64		v;
+
+			while (*p == ' ')
+				p++;
+			errno = 0;
+			v = strtoll(p, &end, 10);
+			return errno != 0 || end == p || v < 0 ? -1 : v;
+		}
+	}
+	return -1;
+}
+
 /* The value of "key N" in a memory.stat-style or meminfo-style file; -1 if absent. */
 static int64
 read_key(const char *path, const char *key)
 {
 	char		buf[8192];
-	size_t		klen = strlen(key);
 
 	if (!read_text(path, buf, sizeof(buf)))
 		return -1;
-	for (char *line = buf; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
-	{
-		if (strncmp(line, key, klen) == 0 && (line[klen] == ' ' || line[klen] == ':'))
-		{
-			char	   *p = line + klen + 1;
-
-			while (*p == ' ')
-				p++;
-			return strtoll(p, NULL, 10);
-		}
-	}
-	return -1;
+	return find_key(buf, key);
 }
 
 /* PSI's "some avg10=" from a pressure file, in percent; -1 if unreadable. */
@@ -539,6 +545,62 @@ detect(void)
 							 limit_source_names[source], cgroup_dir, limit_dir)));
 }
 
+/*
+ * From /proc/meminfo, read once: the commit limit's headroom, and for the
+ * system source the machine's limit and usage (MemTotal - MemAvailable of
+ * MemTotal).  Unreadable: all stay unknown.
+ */
+static void
+read_meminfo(GmLimits *l)
+{
+	char		buf[8192];
+	int64		total;
+	int64		avail;
+	int64		commit_limit;
+	int64		committed;
+
+	if (!read_text("/proc/meminfo", buf, sizeof(buf)))
+		return;
+	commit_limit = find_key(buf, "CommitLimit");
+	committed = find_key(buf, "Committed_AS");
+	if (commit_limit >= 0 && committed >= 0)
+		l->commit_headroom = (commit_limit - committed) * 1024;
+	if (source != GM_LIMIT_SYSTEM)
+		return;
+	total = find_key(buf, "MemTotal");
+	avail = find_key(buf, "MemAvailable");
+	if (total > 0 && avail >= 0)
+	{
+		l->limit = total * 1024;
+		l->usage = Max(total - avail, 0) * 1024;
+	}
+}
+
+/*
+ * The OOM kills the kernel counted in the server's own cgroup (and below
+ * it): cgroup v2's memory.events oom_kill and oom_group_kill, cgroup v1's
+ * memory.oom_control oom_kill (kernel 4.13 and later).  On the system
+ * source, the server's own cgroup v2 if it is in one (psi_dir).  Absent or
+ * unreadable: -1.
+ */
+static void
+read_oom_kills(GmLimits *l)
+{
+	char		path[MAXPGPATH];
+	char		buf[512];
+	bool		v1 = source == GM_LIMIT_CGROUP_V1;
+	const char *dir = source == GM_LIMIT_CGROUP_V1 || source == GM_LIMIT_CGROUP_V2 ? cgroup_dir : psi_dir;
+
+	if (dir[0] == '\0')
+		return;
+	snprintf(path, sizeof(path), "%s/%s", dir, v1 ? "memory.oom_control" : "memory.events");
+	if (!read_text(path, buf, sizeof(buf)))
+		return;
+	l->oom_kills = find_key(buf, "oom_kill");
+	if (!v1)
+		l->oom_group_kills = find_key(buf, "oom_group_kill");
+}
+
 /* Read the current limit, usage and pressure. */
 static void
 read_limits(GmLimits *l)
@@ -549,6 +611,11 @@ read_limits(GmLimits *l)
 	l->limit = -1;
 	l->usage = -1;
 	l->psi = -1;
+	l->commit_headroom = PG_INT64_MIN;
+	l->oom_kills = -1;
+	l->oom_group_kills = -1;
+	read_meminfo(l);
+	read_oom_kills(l);
 	if (source == GM_LIMIT_CGROUP_V1 || source == GM_LIMIT_CGROUP_V2)
 	{
 		bool		v1 = source == GM_LIMIT_CGROUP_V1;
@@ -569,14 +636,7 @@ read_limits(GmLimits *l)
 	}
 	else if (source == GM_LIMIT_SYSTEM)
 	{
-		int64		total = read_key("/proc/meminfo", "MemTotal");
-		int64		avail = read_key("/proc/meminfo", "MemAvailable");
-
-		if (total > 0 && avail >= 0)
-		{
-			l->limit = total * 1024;
-			l->usage = (total - avail) * 1024;
-		}
+		/* (read_meminfo set limit and usage from MemTotal, MemAvailable) */
 		/* The server's own cgroup v2's PSI, if it is in one (see above). */
 		if (psi_dir[0] != '\0')
 		{
@@ -792,12 +852,11 @@ guard_lift_all(void)
 			(void) guard_set(i, guarded[i].pid, GM_NO_LIMIT);
 }
 
-/* Whether the guard can act on these limits (a cgroup's, read). */
+/* Whether the guard can act on these limits (read, of a source it covers). */
 static bool
 guard_active(const GmLimits *l)
 {
-	return memory_guard && monitor_enabled &&
-		(l->source == GM_LIMIT_CGROUP_V1 || l->source == GM_LIMIT_CGROUP_V2) &&
+	return monitor_enabled && gm_guard_covers(memory_guard, l->source) &&
 		l->limit > 0 && l->usage >= 0;
 }
 
@@ -1004,7 +1063,9 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 
 	st->changecount++;
 	pg_write_barrier();
-	st->guard_enabled = memory_guard && monitor_enabled;
+	st->guard_enabled = memory_guard != GM_GUARD_OFF && monitor_enabled;
+	st->guard_mode = memory_guard;
+	st->guard_covers = monitor_enabled && gm_guard_covers(memory_guard, l->source);
 	st->guard_engaged = guard_engaged;
 	if (guard_engaged)
 		st->guard_engaged_at = mono;
@@ -1143,6 +1204,9 @@ monitor_tick(void)
 	st->limit_bytes = l.limit;
 	st->usage_bytes = l.usage;
 	st->psi_some_avg10 = l.psi;
+	st->commit_headroom = l.commit_headroom;
+	st->oom_kills = l.oom_kills;
+	st->oom_group_kills = l.oom_group_kills;
 	st->under_pressure = pressure;
 	st->total_free_bytes = total_free;
 	st->returned_bytes = returned_total;
@@ -1250,6 +1314,24 @@ gm_monitor_register(void)
 	RegisterBackgroundWorker(&worker);
 }
 
+/*
+ * glibc_malloc.memory_guard's values; "on" and the other boolean spellings
+ * of 1.6, when it was a boolean, hidden (as PostgreSQL's huge_pages).
+ */
+static const struct config_enum_entry memory_guard_options[] = {
+	{"off", GM_GUARD_OFF, false},
+	{"cgroup", GM_GUARD_CGROUP, false},
+	{"machine", GM_GUARD_MACHINE, false},
+	{"on", GM_GUARD_CGROUP, true},
+	{"true", GM_GUARD_CGROUP, true},
+	{"yes", GM_GUARD_CGROUP, true},
+	{"1", GM_GUARD_CGROUP, true},
+	{"false", GM_GUARD_OFF, true},
+	{"no", GM_GUARD_OFF, true},
+	{"0", GM_GUARD_OFF, true},
+	{NULL, 0, false}
+};
+
 /* Check hook for glibc_malloc.monitor_cgroup: an absolute path or ''. */
 static bool
 check_monitor_cgroup(char **newval, void **extra, GucSource src)
@@ -1280,11 +1362,12 @@ gm_monitor_define_gucs(void)
 							 0,
 							 NULL, NULL, NULL);
 
-	DefineCustomBoolVariable("glibc_malloc.memory_guard",
-							 "Limits backends' private memory (RLIMIT_DATA) when the server's cgroup nears its memory limit, so that a query gets ERROR: out of memory instead of the OOM killer restarting the server.",
-							 "Needs glibc_malloc.memory_monitor and a cgroup memory limit. Covers client backends and parallel workers.",
+	DefineCustomEnumVariable("glibc_malloc.memory_guard",
+							 "Limits backends' private memory (RLIMIT_DATA) when the server nears its memory limit, so that a query gets ERROR: out of memory instead of the OOM killer restarting the server.",
+							 "cgroup: under a cgroup memory limit; machine: also against the whole machine's memory without one; off. Needs glibc_malloc.memory_monitor. Covers client backends and parallel workers.",
 							 &memory_guard,
-							 true,
+							 GM_GUARD_CGROUP,
+							 memory_guard_options,
 							 PGC_SIGHUP,
 							 0,
 							 NULL, NULL, NULL);
@@ -1365,11 +1448,14 @@ glibc_malloc_monitor(PG_FUNCTION_ARGS)
 {
 	GmMonitorState c;
 	TupleDesc	tupdesc;
-	Datum		values[18];
-	bool		nulls[18] = {0};
+	Datum		values[19];
+	bool		nulls[19] = {0};
 	int			j = 0;
 
-	monitor_state_for_sql(fcinfo, &c, &tupdesc, lengthof(values));
+	/* 18 columns before 1.7 (no commit_headroom_bytes). */
+	monitor_state_for_sql(fcinfo, &c, &tupdesc, -1);
+	if (tupdesc->natts != 18 && tupdesc->natts != 19)
+		elog(ERROR, "incorrect number of output arguments");
 	values[j] = Int32GetDatum(c.pid);
 	nulls[j++] = c.pid == 0;
 	/* The monitor's settings, not this backend's: it may not have reloaded yet. */
@@ -1402,7 +1488,12 @@ glibc_malloc_monitor(PG_FUNCTION_ARGS)
 	nulls[j++] = c.last_action_at == 0;
 	values[j] = TimestampTzGetDatum(c.checked_at);
 	nulls[j++] = c.checked_at == 0;
-	Assert(j == lengthof(values));
+	if (tupdesc->natts == 19)
+	{
+		values[j] = Int64GetDatum(c.commit_headroom);
+		nulls[j++] = c.commit_headroom == PG_INT64_MIN || c.checked_at == 0;
+	}
+	Assert(j == tupdesc->natts);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }
 
@@ -1414,17 +1505,20 @@ glibc_malloc_guard(PG_FUNCTION_ARGS)
 {
 	GmMonitorState c;
 	TupleDesc	tupdesc;
-	Datum		values[19];
-	bool		nulls[19] = {0};
+	Datum		values[21];
+	bool		nulls[21] = {0};
 	int64		waits[GM_NWAIT_COUNTS];
 	int64		cap_errors;
 	int64		guard_errors;
 	int			j = 0;
 	GmGuardLevels lv;
 
-	/* 13 columns before 1.7 (no reserve_bytes ... wait_timeouts). */
+	/*
+	 * 13 columns before 1.7; 1.7 added reserve_bytes, reserve_shrunk,
+	 * oom_kills, oom_group_kills and memory_wait's four counts.
+	 */
 	monitor_state_for_sql(fcinfo, &c, &tupdesc, -1);
-	if (tupdesc->natts != 13 && tupdesc->natts != 15 && tupdesc->natts != 19)
+	if (tupdesc->natts != 13 && tupdesc->natts != 21)
 		elog(ERROR, "incorrect number of output arguments");
 	gm_shmem_oom_counts(&cap_errors, &guard_errors);
 	gm_guard_levels(c.limit_bytes, &lv);
@@ -1437,7 +1531,7 @@ glibc_malloc_guard(PG_FUNCTION_ARGS)
 	values[j] = Int64GetDatum(c.usage_bytes);
 	nulls[j++] = c.usage_bytes < 0 || c.checked_at == 0;
 	values[j] = Int64GetDatum(lv.target);
-	nulls[j++] = c.limit_bytes < 0 || c.checked_at == 0 || strncmp(c.source, "cgroup", 6) != 0;
+	nulls[j++] = c.limit_bytes < 0 || c.checked_at == 0 || !c.guard_covers;
 	values[j] = Int64GetDatum(c.guard_headroom);
 	nulls[j++] = c.guard_headroom < 0 || !c.guard_engaged;
 	values[j++] = Int32GetDatum(c.guard_limited);
@@ -1456,8 +1550,12 @@ glibc_malloc_guard(PG_FUNCTION_ARGS)
 		values[j] = BoolGetDatum(c.guard_reserve_shrunk);
 		nulls[j++] = !c.guard_engaged;
 	}
-	if (tupdesc->natts >= 19)
+	if (tupdesc->natts >= 21)
 	{
+		values[j] = Int64GetDatum(c.oom_kills);
+		nulls[j++] = c.oom_kills < 0 || c.checked_at == 0;
+		values[j] = Int64GetDatum(c.oom_group_kills);
+		nulls[j++] = c.oom_group_kills < 0 || c.checked_at == 0;
 		/* glibc_malloc.memory_wait */
 		gm_shmem_wait_counts(waits);
 		values[j++] = Int64GetDatum(waits[GM_WAIT_WAITS]);

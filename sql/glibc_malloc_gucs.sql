@@ -19,6 +19,8 @@ SELECT name, setting, unit, context, vartype, min_val,
             ELSE max_val END AS max_val, boot_val
 FROM pg_settings WHERE name LIKE 'glibc_malloc.%' ORDER BY name;
 SELECT enumvals FROM pg_settings WHERE name = 'glibc_malloc.preset';
+-- memory_guard: 1.6's boolean spellings are accepted but not listed.
+SELECT enumvals FROM pg_settings WHERE name = 'glibc_malloc.memory_guard';
 
 -- (The reserved prefix: glibc_malloc_prefix.)
 

@@ -95,9 +95,11 @@ DROP EXTENSION glibc_malloc;
 CREATE EXTENSION glibc_malloc VERSION '1.6';
 SELECT count(*) FROM pg_class WHERE relname = 'glibc_malloc_counters';
 SELECT glibc_malloc_trim_backend(pg_backend_pid());
--- The 1.6 definitions (21 and 15 columns) still read with this library.
+-- The 1.6 definitions (statements 21, guard 13, monitor 18 columns)
+-- still read with this library until the update.
 SELECT count(*) >= 0 AS reads FROM glibc_malloc_statements;
-SELECT enabled IS NOT NULL AS reads FROM glibc_malloc_guard;
+SELECT enabled, source IS NOT NULL AS reads FROM glibc_malloc_monitor;
+SELECT enabled IS NOT NULL AS reads, guard_errors >= 0 AS counts FROM glibc_malloc_guard;
 ALTER EXTENSION glibc_malloc UPDATE TO '1.7';
 SELECT extversion FROM pg_extension WHERE extname = 'glibc_malloc';
 SELECT remote_trims >= 1 AS counted, idle_releases >= 0 AS idle, oom_errors >= 0 AS oom,
@@ -107,8 +109,17 @@ SELECT has_table_privilege('public', 'glibc_malloc_counters', 'select') AS publi
        has_function_privilege('public', 'glibc_malloc_counters()', 'execute') AS public_may_call,
        has_table_privilege('pg_read_all_stats', 'glibc_malloc_counters', 'select') AS stats_may_read;
 -- glibc_malloc_guard gains the reserve for small work (NULL while the
--- guard is not engaged).
+-- guard is not engaged) and the kernel's OOM kills in the server's cgroup
+-- (a count, or NULL where there is none).
 SELECT reserve_bytes, reserve_shrunk FROM glibc_malloc_guard;
+SELECT oom_kills IS NULL OR oom_kills >= 0 AS oom_kills,
+       oom_group_kills IS NULL OR oom_group_kills >= 0 AS oom_group_kills
+FROM glibc_malloc_guard;
+-- glibc_malloc_monitor gains the commit limit's headroom (from
+-- /proc/meminfo: shown once the monitor has looked; it may be negative).
+SELECT count(*) FROM pg_attribute WHERE attrelid = 'glibc_malloc_monitor'::regclass AND attnum > 0;
+SELECT commit_headroom_bytes IS NOT NULL AS shown FROM glibc_malloc_monitor WHERE checked_at IS NOT NULL;
+SELECT has_table_privilege('public', 'glibc_malloc_monitor', 'select') AS public_may_read;
 -- glibc_malloc.memory_wait: glibc_malloc_guard counts the waits for memory,
 -- glibc_malloc_statements each query's.
 SELECT waits >= 0 AS waits, wait_time >= 0 AS wait_time, admissions >= 0 AS admissions,

@@ -275,8 +275,94 @@ ok(wait_for(sub { monitor()->{total_free_bytes} <= $cap * 1024 }, 3), 'and the t
 $node->safe_psql('postgres', "ALTER SYSTEM RESET glibc_malloc.max_total_free; SELECT pg_reload_conf()");
 $_->quit for ($a, $b);
 
+# The kernel's OOM kills in the server's cgroup, as the monitor reads them
+# (glibc_malloc_guard): cgroup v2's memory.events oom_kill and
+# oom_group_kill, cgroup v1's memory.oom_control oom_kill; NULL where the
+# file or the line is missing (v1 before kernel 4.13).
+sub guard_row
+{
+	my $row = $node->safe_psql('postgres', "SELECT row_to_json(g) FROM glibc_malloc_guard g");
+	my %g = $row =~ /"(\w+)":("(?:[^"\\]|\\.)*"|[^,}]+)/g;
+	s/^"|"$//g for values %g;
+	$_ eq 'null' and $_ = undef for values %g;
+	return \%g;
+}
+cgroup_v2("$dir/ev2", current => 100 * $MB, max => 1000 * $MB);
+watch("$dir/ev2");
+is(guard_row()->{oom_kills}, undef, 'cgroup v2 without memory.events: oom_kills NULL');
+write_files("$dir/ev2", 'memory.events' => "low 0\nhigh 7\nmax 12\noom 3\noom_kill 2\noom_group_kill 1\n");
+ok(wait_for(sub { (guard_row()->{oom_kills} // -1) == 2 }, 3), 'cgroup v2: oom_kills from memory.events');
+is(guard_row()->{oom_group_kills}, 1, 'and oom_group_kills');
+write_files("$dir/ev2", 'memory.events' => "low 0\nhigh 7\nmax 12\noom 4\noom_kill 3\n");
+ok(wait_for(sub { (guard_row()->{oom_kills} // -1) == 3 }, 3), 'a new kill is counted at the next look');
+is(guard_row()->{oom_group_kills}, undef, 'a kernel without oom_group_kill: NULL');
+write_files("$dir/v1", 'memory.oom_control' => "oom_kill_disable 0\nunder_oom 0\noom_kill 5\n");
+watch("$dir/v1");
+ok(wait_for(sub { (guard_row()->{oom_kills} // -1) == 5 }, 3), 'cgroup v1: oom_kills from memory.oom_control');
+is(guard_row()->{oom_group_kills}, undef, 'cgroup v1 has no group kills: NULL');
+write_files("$dir/v1", 'memory.oom_control' => "oom_kill_disable 0\nunder_oom 0\n");
+ok(wait_for(sub { !defined guard_row()->{oom_kills} }, 3), 'cgroup v1 before kernel 4.13 (no oom_kill line): NULL');
+chmod 0, "$dir/v1/memory.oom_control";
+sleep 0.6;
+ok(!defined guard_row()->{oom_kills} && monitor()->{pid}, 'an unreadable file: NULL, and the monitor goes on');
+
+# The commit limit's headroom, CommitLimit - Committed_AS from
+# /proc/meminfo, whatever the source; machine-wide, so it moves with every
+# program here: within 1 GB of what the test reads.
+my %mi = slurp_file('/proc/meminfo') =~ /^(\w+):\s+(\d+)/mg;
+my $ch = monitor()->{commit_headroom_bytes};
+ok(defined $ch && abs($ch - ($mi{CommitLimit} - $mi{Committed_AS}) * 1024) < 1024 * $MB,
+	sprintf('commit_headroom_bytes %.0f MB: CommitLimit - Committed_AS (%.0f MB)', ($ch // 0) / $MB,
+		($mi{CommitLimit} - $mi{Committed_AS}) / 1024));
+
+# glibc_malloc.memory_guard: off, cgroup (the default), machine.  The 1.6
+# boolean spellings still load from a configuration file: on, true, yes
+# and 1 are cgroup; off, false, no and 0 are off.  Under this 1000 MB
+# cgroup at 10%, whatever the guard does it is not engaged.
+watch("$dir/ev2");
+my %spelling = (on => 'cgroup', true => 'cgroup', yes => 'cgroup', 1 => 'cgroup',
+	off => 'off', false => 'off', no => 'off', 0 => 'off', cgroup => 'cgroup', machine => 'machine', MACHINE => 'machine');
+for my $v (sort keys %spelling)
+{
+	open my $fh, '>>', $node->data_dir . '/postgresql.conf' or die;
+	print $fh "glibc_malloc.memory_guard = $v\n";
+	close $fh;
+	$node->reload;
+	is($node->safe_psql('postgres', 'SHOW glibc_malloc.memory_guard'), $spelling{$v}, "memory_guard = $v in postgresql.conf reads as $spelling{$v}");
+}
+($ret, $out, $err) = $node->psql('postgres', "ALTER SYSTEM SET glibc_malloc.memory_guard = maybe");
+like($err, qr/invalid value for parameter "glibc_malloc.memory_guard": "maybe"\n.*HINT:  Available values: off, cgroup, machine\./,
+	'a bad value is refused, naming the values (not the hidden spellings)');
+$node->safe_psql('postgres', "ALTER SYSTEM SET glibc_malloc.memory_guard = 'on'; SELECT pg_reload_conf()");
+is($node->safe_psql('postgres', 'SHOW glibc_malloc.memory_guard'), 'cgroup', 'ALTER SYSTEM SET memory_guard = on (as 1.6 wrote it): cgroup');
+ok(wait_for(sub { my $g = guard_row(); ($g->{enabled} // '') eq 'true' && defined $g->{target_bytes} }, 3),
+	'the guard covers a cgroup limit: enabled, with a target');
+is(guard_row()->{engaged}, 'false', 'not engaged at 10%');
+$node->safe_psql('postgres', "ALTER SYSTEM SET glibc_malloc.memory_guard = off; SELECT pg_reload_conf()");
+ok(wait_for(sub { my $g = guard_row(); ($g->{enabled} // '') eq 'false' && !defined $g->{target_bytes} }, 3),
+	'off: not enabled, no target');
+
+# Without a cgroup limit (the machine's, source system), the guard acts
+# only with machine: its target is 5% of MemTotal below it.  (Where the
+# server runs under a cgroup limit, as in some CI, not checked.)
+watch('');
+SKIP:
+{
+	skip "the server's memory is limited by a $m->{source} here", 4 unless monitor()->{source} eq 'system';
+	$node->safe_psql('postgres', "ALTER SYSTEM SET glibc_malloc.memory_guard = cgroup; SELECT pg_reload_conf()");
+	sleep 0.6;
+	my $g = guard_row();
+	ok($g->{enabled} eq 'true' && !defined $g->{target_bytes}, 'cgroup on a whole machine: enabled, but no target (it does not act)');
+	$node->safe_psql('postgres', "ALTER SYSTEM SET glibc_malloc.memory_guard = machine; SELECT pg_reload_conf()");
+	ok(wait_for(sub { defined guard_row()->{target_bytes} }, 3), 'machine: the guard has a target');
+	$g = guard_row();
+	is($g->{limit_bytes}, $mi{MemTotal} * 1024, 'the limit is MemTotal');
+	is($g->{target_bytes}, $mi{MemTotal} * 1024 - int(0.05 * $mi{MemTotal} * 1024), 'the target 5% below it');
+	$node->safe_psql('postgres', "ALTER SYSTEM SET glibc_malloc.memory_guard = off; SELECT pg_reload_conf()");
+}
+
 # Only the refusals above are errors.
-my @bad = grep { /\b(ERROR|FATAL|PANIC):|terminated by signal/ && !/monitor_cgroup": "relative|outside the valid range for parameter "glibc_malloc.monitor_fraction"|"glibc_malloc.max_total_free" cannot be changed now/ }
+my @bad = grep { /\b(ERROR|FATAL|PANIC):|terminated by signal/ && !/monitor_cgroup": "relative|outside the valid range for parameter "glibc_malloc.monitor_fraction"|"glibc_malloc.max_total_free" cannot be changed now|"glibc_malloc.memory_guard": "maybe"/ }
   split /\n/, slurp_file($node->logfile);
 is_deeply(\@bad, [], 'no other errors, no crashes in the server log');
 done_testing();

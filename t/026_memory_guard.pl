@@ -60,7 +60,13 @@ sub burst
 # 1. Without the guard: the OOM killer ends a backend, the server restarts.
 $node->safe_psql('postgres', "ALTER SYSTEM SET glibc_malloc.memory_guard = off; SELECT pg_reload_conf()");
 sleep 1;
+# glibc_malloc_guard shows the cgroup's count (memory.oom_control's
+# oom_kill), as the monitor last read it: the suite's cgroup is shared, so
+# compare what it rises by.
+sub view_oom_kills { $node->safe_psql('postgres', 'SELECT oom_kills FROM glibc_malloc_guard') }
 my $kills = oom_kills();
+ok(wait_for(sub { view_oom_kills() eq $kills }, 5), "glibc_malloc_guard shows the cgroup's OOM kills ($kills so far)");
+my $view_kills = view_oom_kills();
 my $offset = -s $node->logfile;
 burst();
 my $log = wait_for_log_text($node, $offset, qr/all server processes terminated; reinitializing/, 60);
@@ -68,6 +74,9 @@ cmp_ok(oom_kills(), '>', $kills, 'without the guard the kernel OOM-kills in the 
 like($log, qr/terminated by signal 9: Killed.*all server processes terminated; reinitializing/s,
 	'and the server restarts, losing every session');
 ok(wait_for(sub { $node->psql('postgres', 'SELECT 1') == 0 }, 60), 'the server comes back');
+ok(wait_for(sub { view_oom_kills() eq oom_kills() }, 10), 'its monitor reads the count again');
+is(view_oom_kills() - $view_kills, oom_kills() - $kills,
+	sprintf('glibc_malloc_guard.oom_kills rose by the kernel\'s count (%d)', oom_kills() - $kills));
 
 # 2. With the guard (the default): 10 bursts.
 $node->safe_psql('postgres', "ALTER SYSTEM RESET glibc_malloc.memory_guard; SELECT pg_reload_conf()");

@@ -217,6 +217,50 @@ main(void)
 	ok(procs[0].limit > procs[0].vmdata, "an idle backend's limit still above its VmData");
 
 	/*
+	 * glibc_malloc.memory_guard: which sources each value guards.  A whole
+	 * machine's ("system") only with machine; none never; off nothing.
+	 */
+	ok(!gm_guard_covers(GM_GUARD_OFF, GM_LIMIT_CGROUP_V1) && !gm_guard_covers(GM_GUARD_OFF, GM_LIMIT_CGROUP_V2) &&
+	   !gm_guard_covers(GM_GUARD_OFF, GM_LIMIT_SYSTEM), "off: guards nothing");
+	ok(gm_guard_covers(GM_GUARD_CGROUP, GM_LIMIT_CGROUP_V1) && gm_guard_covers(GM_GUARD_CGROUP, GM_LIMIT_CGROUP_V2),
+	   "cgroup: guards a cgroup v1 or v2 limit");
+	ok(!gm_guard_covers(GM_GUARD_CGROUP, GM_LIMIT_SYSTEM), "cgroup: not a whole machine (opt-in)");
+	ok(gm_guard_covers(GM_GUARD_MACHINE, GM_LIMIT_SYSTEM), "machine: guards a whole machine");
+	ok(gm_guard_covers(GM_GUARD_MACHINE, GM_LIMIT_CGROUP_V1) && gm_guard_covers(GM_GUARD_MACHINE, GM_LIMIT_CGROUP_V2),
+	   "machine: a cgroup limit, where there is one, still");
+	ok(!gm_guard_covers(GM_GUARD_MACHINE, GM_LIMIT_NONE) && !gm_guard_covers(GM_GUARD_CGROUP, GM_LIMIT_NONE),
+	   "nothing readable: never guarded");
+	ok(!gm_guard_covers(GM_GUARD_NMODES, GM_LIMIT_SYSTEM) && !gm_guard_covers(GM_GUARD_MACHINE, GM_NLIMIT_SOURCES),
+	   "out of range: never guarded");
+
+	/*
+	 * A whole machine of 16 GB (MemTotal), usage MemTotal - MemAvailable:
+	 * the same levels as a cgroup of 16 GB: margin 5 % (819 MB), engaged
+	 * from 75 %; at 90 % the budget is the headroom up to the target.
+	 */
+	gm_guard_levels(16384 * MB, &lv);
+	ok(lv.margin == (int64) (0.05 * 16384 * MB) && lv.target == 16384 * MB - lv.margin,
+	   "16 GB machine: the margin is 5 % of MemTotal");
+	ok(!gm_guard_engaged_after(16384 * MB, 12000 * MB, false) && gm_guard_engaged_after(16384 * MB, 12400 * MB, false),
+	   "16 GB machine: engaged from 75 % of MemTotal, not at 73 %");
+	in.limit = 16384 * MB;
+	in.usage = 14746 * MB;
+	in.engaged = true;
+	in.asked_pending = 0;
+	procs[0] = proc(1, 2000 * MB, 100 * MB, false, false);
+	procs[1] = proc(2, 30 * MB, 0, true, false);
+	gm_guard_policy(&in, procs, 2, &d);
+	ok(d.engaged && d.headroom == lv.target - 14746 * MB && d.budget == d.headroom,
+	   "16 GB machine at 90 %: the budget is the headroom up to the target");
+	ok(find(procs, 2, 1)->allow + find(procs, 2, 2)->allow <= d.budget &&
+	   find(procs, 2, 1)->limit == 2000 * MB + find(procs, 2, 1)->allow + d.reserve,
+	   "16 GB machine: the grants fit the budget; the working one's limit is VmData, grant, reserve");
+	in.usage = 16300 * MB;
+	gm_guard_policy(&in, procs, 2, &d);
+	ok(d.headroom == 0 && find(procs, 2, 1)->allow == 0 && find(procs, 2, 1)->limit == 2000 * MB + 4 * MB,
+	   "16 GB machine past the target (other programs grew): nothing more but the reserve");
+
+	/*
 	 * Invariants over 2000 pseudo-random snapshots (a fixed seed): the
 	 * grants fit the budget, the reserves half of the margin, no limit is
 	 * at or below VmData, and every working process is one that started,
