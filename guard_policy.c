@@ -21,9 +21,9 @@
  * working processes have mapped but not resident (it becomes resident
  * without a new mapping, which no limit stops), plus the free heap asked
  * for and not returned yet.  A process works when a statement started in
- * it since the monitor's last look, when it runs one (it does not wait for
- * its client), or when its VmData grew GM_GUARD_GROWING over the last
- * window.  Processes not working may map twice their last growth, at most
+ * it since the monitor's last look, or when it runs one (it does not wait
+ * for its client); one that waits for its client does not, whatever it
+ * grew over the last window (its statement ended).  Processes not working may map twice their last growth, at most
  * GM_GUARD_FLOOR each, from at most half of the budget; when none works
  * they share all of it.  Working processes share the rest, the smallest
  * first: each in turn may map twice its last window's growth while the
@@ -60,7 +60,6 @@
 #define GM_GUARD_RELEASE	0.05	/* ... and lift them this much below that */
 #define GM_GUARD_FLOOR		(32 * MB)	/* a process not working may add at
 										 * most this from the budget */
-#define GM_GUARD_GROWING	MB		/* grew this much in a window: working */
 #define GM_GUARD_SLACK		(4 * MB)	/* smaller raises wait, while the limit
 										 * leaves this much above VmData */
 #define GM_GUARD_PROC_RESERVE (4 * MB)	/* each process's reserve, shrunk
@@ -108,15 +107,17 @@ gm_guard_measure(int64 limit, int64 usage, bool engaged)
 	return engaged || usage >= lv.release - (int64) (GM_GUARD_RELEASE * limit);
 }
 
-/* Whether a process works, from what was read of it. */
+/*
+ * Whether a process works, from what was read of it: a statement started
+ * in it since the last look, or it does not wait for its client.  One that
+ * waits does not, whatever it grew over the last window: its statement
+ * ended (its next one sets started), and counted as working it would take
+ * twice that growth from the budget before a statement that just started.
+ */
 static bool
 proc_works(const GmGuardProc *p)
 {
-	if (p->started || !p->waits_for_client)
-		return true;
-	if (p->growth != GM_GROWTH_UNKNOWN && p->growth >= GM_GUARD_GROWING)
-		return true;
-	return p->grown >= GM_GUARD_GROWING;
+	return p->started || !p->waits_for_client;
 }
 
 /* qsort: smallest VmData first. */

@@ -907,6 +907,20 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 	gm_guard_policy(&in, cands, ncand, &d);
 	guard_engaged = d.engaged;
 
+	/* The policy's inputs and outputs, for who debugs it (DEBUG2). */
+	if (d.engaged)
+	{
+		elog(DEBUG2, "glibc_malloc memory guard look: usage " INT64_FORMAT " headroom " INT64_FORMAT " asked " INT64_FORMAT " budget " INT64_FORMAT " reserve " INT64_FORMAT " %d of %d working",
+			 in.usage, d.headroom, in.asked_pending, d.budget, d.reserve, d.nworking, ncand);
+		for (int i = 0; i < ncand; i++)
+			if (cands[i].working || cands[i].started)
+				elog(DEBUG2, "glibc_malloc memory guard look: pid %d vmdata " INT64_FORMAT " rss " INT64_FORMAT " growth " INT64_FORMAT " grown " INT64_FORMAT " waits %d started %d: allow " INT64_FORMAT " limit " INT64_FORMAT,
+					 cands[i].pid, cands[i].vmdata, cands[i].rss,
+					 cands[i].growth == GM_GROWTH_UNKNOWN ? -1 : cands[i].growth, cands[i].grown,
+					 (int) cands[i].waits_for_client, (int) cands[i].started,
+					 cands[i].allow, cands[i].limit);
+	}
+
 	if (!was_engaged && guard_engaged)
 		ereport(LOG,
 				(errmsg("glibc_malloc memory guard: limiting backends' private memory: %s usage %s is %.0f%% of the %s limit",
