@@ -896,8 +896,19 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 		{
 			if ((vm = gm_proc_status_bytes(s->pid, "VmData:")) < 0)
 				continue;
-			if ((c->rss = gm_proc_status_bytes(s->pid, "RssAnon:")) < 0)
-				continue;		/* gone meanwhile */
+
+			/*
+			 * RssAnon only counts for a working process (the policy takes
+			 * what it mapped but not resident off the budget): not read for
+			 * one that waits for its client and started nothing.
+			 */
+			if (!waits || starts != g->starts)
+			{
+				if ((c->rss = gm_proc_status_bytes(s->pid, "RssAnon:")) < 0)
+					continue;	/* gone meanwhile */
+			}
+			else
+				c->rss = vm;
 			c->rss = Max(c->rss, 0);
 			g->read_pid = s->pid;
 			g->read_at = mono;
@@ -1010,6 +1021,20 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 				limited++;
 			else
 			{
+				GmGuarded  *g = &guarded[c->slot];
+				int64		vm;
+
+				/*
+				 * A lowering from a reading reused: read VmData now, so that
+				 * what the idle point added meanwhile (catalog catch-up,
+				 * NOTIFY delivery) stays below the limit, with the reserve.
+				 */
+				if (g->reused && c->lowered &&
+					(vm = gm_proc_status_bytes(c->pid, "VmData:")) > g->read_vmdata)
+				{
+					c->limit += vm - g->read_vmdata;
+					g->read_vmdata = vm;
+				}
 				if (c->lowered)
 					lowered++;
 				if (guard_set(c->slot, c->pid, c->limit))
