@@ -25,7 +25,10 @@
  * for its client); one that waits for its client does not, whatever it
  * grew over the last window (its statement ended).  Processes not working may map twice their last growth, at most
  * GM_GUARD_FLOOR each, from at most half of the budget; when none works
- * they share all of it.  Working processes share the rest, the smallest
+ * they share all of it (rounded down to GM_GUARD_GRAIN, so that a usage
+ * that moves a little does not change every idle limit: with a thousand
+ * backends that was a thousand prlimit calls per look).  Working processes
+ * share the rest, the smallest
  * first: each in turn may map twice its last window's growth while the
  * budget lasts; what is left goes half to the smallest, a quarter to the
  * next, and so on, the largest getting the remainder (all of it when it
@@ -65,6 +68,8 @@
 #define GM_GUARD_PROC_RESERVE (4 * MB)	/* each process's reserve, shrunk
 										 * so that all take at most ... */
 #define GM_GUARD_RESERVE_SHARE 0.5	/* ... this much of the margin */
+#define GM_GUARD_GRAIN		(256 * 1024)	/* the shares of those not working
+											 * are rounded down to this */
 
 /* The guard's levels for a limit of limit bytes. */
 void
@@ -213,6 +218,8 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 			if (p->working)
 				continue;
 			p->allow = nworking > 0 ? Min(2 * growth, each) : each;
+			/* Coarse: a usage that moves a little changes no idle limit. */
+			p->allow -= p->allow % GM_GUARD_GRAIN;
 			budget -= p->allow;
 		}
 	}
@@ -255,6 +262,8 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 			p->set = true;
 			p->lowered = true;
 		}
+		else if (p->limit == p->cur_limit)
+			p->set = false;		/* unchanged */
 		else
 			/* A small raise waits while the limit in force leaves room. */
 			p->set = !(p->limit - p->cur_limit < GM_GUARD_SLACK &&

@@ -224,6 +224,36 @@ main(void)
 	ok(find(procs, 60, 2)->allow <= d.budget / 2 / 59, "the finished one: at most an idle share");
 
 	/*
+	 * 1000 idle backends limited at the last look, nobody working: the
+	 * usage moves by 1 MB, and no limit changes (their shares are rounded
+	 * down to 256 kB): no prlimit for any of them.
+	 */
+	{
+		static GmGuardProc many[1000];
+		int			nset = 0;
+
+		in.limit = 5000 * MB;
+		in.usage = 4300 * MB;
+		for (int i = 0; i < 1000; i++)
+			many[i] = proc(i + 1, 4 * MB, 0, true, false);
+		gm_guard_policy(&in, many, 1000, &d);
+		for (int i = 0; i < 1000; i++)
+			many[i].cur_limit = many[i].limit;
+		in.usage += MB;
+		gm_guard_policy(&in, many, 1000, &d);
+		for (int i = 0; i < 1000; i++)
+			nset += many[i].set;
+		ok(nset == 0, "1000 idle backends: a usage 1 MB higher changes none of their limits");
+		in.usage -= 2 * MB;
+		gm_guard_policy(&in, many, 1000, &d);
+		nset = 0;
+		for (int i = 0; i < 1000; i++)
+			nset += many[i].set;
+		ok(nset == 0, "nor 1 MB lower");
+		in.limit = 800 * MB;
+	}
+
+	/*
 	 * The reserves fit in half of the margin (32 MB of 64 here): 8 of 4 MB
 	 * do; 30 are shrunk to a thirtieth of 32 MB, and the decision says so.
 	 */
