@@ -22,11 +22,14 @@
  * working processes have mapped but not resident (it becomes resident
  * without a new mapping, which no limit stops), plus the free heap asked
  * for and not returned yet.  A process works when a statement started in
- * it since the monitor's last look, when it runs one (it does not wait for
- * its client), or when its VmData grew GM_GUARD_GROWING over the last
- * window.  Processes not working may map twice their last growth, at most
+ * it since the monitor's last look, or when it runs one (it does not wait
+ * for its client); one that waits for its client does not, whatever it
+ * grew over the last window (its statement ended).  Processes not working may map twice their last growth, at most
  * GM_GUARD_FLOOR each, from at most half of the budget; when none works
- * they share all of it.  Working processes share the rest, the smallest
+ * they share all of it (rounded down to GM_GUARD_GRAIN, so that a usage
+ * that moves a little does not change every idle limit: with a thousand
+ * backends that was a thousand prlimit calls per look).  Working processes
+ * share the rest, the smallest
  * first: each in turn may map twice its last window's growth while the
  * budget lasts; what is left goes half to the smallest, a quarter to the
  * next, and so on, the largest getting the remainder (all of it when it
@@ -75,7 +78,6 @@
 #define GM_GUARD_RELEASE	0.05	/* ... and lift them this much below that */
 #define GM_GUARD_FLOOR		(32 * MB)	/* a process not working may add at
 										 * most this from the budget */
-#define GM_GUARD_GROWING	MB		/* grew this much in a window: working */
 #define GM_GUARD_SLACK		(4 * MB)	/* smaller raises wait, while the limit
 										 * leaves this much above VmData */
 #define GM_GUARD_PROC_RESERVE (4 * MB)	/* each process's reserve, shrunk
@@ -83,6 +85,8 @@
 #define GM_GUARD_RESERVE_SHARE 0.5	/* ... this much of the margin */
 #define GM_ADMIT_PASS_SHARE	0.5	/* a waiter may be passed for this much of
 									 * its memory_wait */
+#define GM_GUARD_GRAIN		(256 * 1024)	/* the shares of those not working
+											 * are rounded down to this */
 
 /*
  * Which limits each value of glibc_malloc.memory_guard guards.  A whole
@@ -148,15 +152,17 @@ gm_guard_measure(int64 limit, int64 usage, bool engaged)
 	return engaged || usage >= lv.release - (int64) (GM_GUARD_RELEASE * limit);
 }
 
-/* Whether a process works, from what was read of it. */
+/*
+ * Whether a process works, from what was read of it: a statement started
+ * in it since the last look, or it does not wait for its client.  One that
+ * waits does not, whatever it grew over the last window: its statement
+ * ended (its next one sets started), and counted as working it would take
+ * twice that growth from the budget before a statement that just started.
+ */
 static bool
 proc_works(const GmGuardProc *p)
 {
-	if (p->started || !p->waits_for_client)
-		return true;
-	if (p->growth != GM_GROWTH_UNKNOWN && p->growth >= GM_GUARD_GROWING)
-		return true;
-	return p->grown >= GM_GUARD_GROWING;
+	return p->started || !p->waits_for_client;
 }
 
 /* qsort: smallest VmData first. */
@@ -262,6 +268,8 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 			if (p->working)
 				continue;
 			more = Min(nworking > 0 ? Min(2 * growth, each) : each, budget);
+			/* Coarse: a usage that moves a little changes no idle limit. */
+			more -= more % GM_GUARD_GRAIN;
 			p->allow += more;
 			budget -= more;
 		}
@@ -308,6 +316,8 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 			p->set = true;
 			p->lowered = true;
 		}
+		else if (p->limit == p->cur_limit)
+			p->set = false;		/* unchanged */
 		else
 			/* A small raise waits while the limit in force leaves room. */
 			p->set = !(p->limit - p->cur_limit < GM_GUARD_SLACK &&

@@ -100,6 +100,7 @@ PGDLLEXPORT void glibc_malloc_monitor_main(Datum arg);
  */
 #define GM_GUARD_TICK_MS	50		/* how often the monitor looks while engaged */
 #define GM_GUARD_WAKE_MS	10		/* statement starts wake it at most this often */
+#define GM_GUARD_REREAD_MS	1000	/* an idle process's VmData is read this often */
 
 /* GUCs (SIGHUP: the monitor is server-wide policy). */
 static int	memory_guard = GM_GUARD_CGROUP;
@@ -185,6 +186,13 @@ typedef struct GmGuarded
 	int64		ref_at;			/* monotonic */
 	int64		growth;			/* over the last window; GM_GROWTH_UNKNOWN */
 	uint32		starts;			/* the slot's statement starts seen */
+	/* the last reading of /proc/PID/status, reused while it idles */
+	int			read_pid;		/* 0 = none */
+	int64		read_at;		/* monotonic */
+	int64		read_vmdata;
+	int64		read_rss;
+	bool		counted_idle;	/* the last look counted it as not working */
+	bool		reused;			/* this look reused the last reading */
 } GmGuarded;
 
 static GmGuarded *guarded = NULL;
@@ -918,19 +926,58 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 		GmGuardProc *c;
 		int64		vm;
 		uint32		starts;
+		bool		waits;
 
 		if (!s->guarded || s->pid == 0)
 			continue;
 		c = &cands[ncand];
-		if ((vm = gm_proc_status_bytes(s->pid, "VmData:")) < 0)
-			continue;
-		if ((c->rss = gm_proc_status_bytes(s->pid, "RssAnon:")) < 0)
-			continue;			/* gone meanwhile */
+		waits = gm_shmem_waits_for_client(s);
+		starts = gm_shmem_guard_starts(s->slot);
+
+		/*
+		 * /proc/PID/status, twice, is most of a look's cost: read it again
+		 * only for a process that may have changed.  One that the last look
+		 * counted as idle, with its limit set (a statement that starts in
+		 * it counts in its slot's starts), no start since, still waiting for
+		 * its client: its last reading, if younger than GM_GUARD_REREAD_MS
+		 * (catalog catch-up and NOTIFY delivery at its idle point stay in
+		 * its reserve meanwhile).
+		 */
+		g->reused = g->read_pid == s->pid && g->counted_idle && g->pid == s->pid &&
+			g->limit != GM_NO_LIMIT && waits && starts == g->starts &&
+			mono - g->read_at < (int64) GM_GUARD_REREAD_MS * 1000;
+		if (g->reused)
+		{
+			vm = g->read_vmdata;
+			c->rss = g->read_rss;
+		}
+		else
+		{
+			if ((vm = gm_proc_status_bytes(s->pid, "VmData:")) < 0)
+				continue;
+
+			/*
+			 * RssAnon only counts for a working process (the policy takes
+			 * what it mapped but not resident off the budget): not read for
+			 * one that waits for its client and started nothing.
+			 */
+			if (!waits || starts != g->starts)
+			{
+				if ((c->rss = gm_proc_status_bytes(s->pid, "RssAnon:")) < 0)
+					continue;	/* gone meanwhile */
+			}
+			else
+				c->rss = vm;
+			c->rss = Max(c->rss, 0);
+			g->read_pid = s->pid;
+			g->read_at = mono;
+			g->read_vmdata = vm;
+			g->read_rss = c->rss;
+		}
 		ncand++;
 		c->slot = s->slot;
 		c->pid = s->pid;
 		c->vmdata = vm;
-		c->rss = Max(c->rss, 0);
 		/*
 		 * Growth over the last window of GM_MONITOR_TICK_MS: ticks are 50
 		 * ms while engaged, too short to tell a working process.  Unknown
@@ -951,9 +998,8 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 		}
 		c->growth = g->growth;
 		c->grown = vm - g->ref_vmdata;
-		c->waits_for_client = gm_shmem_waits_for_client(s);
+		c->waits_for_client = waits;
 		/* A statement started since the last look: working at once. */
-		starts = gm_shmem_guard_starts(s->slot);
 		c->started = starts != g->starts;
 		g->starts = starts;
 		/* Waiting for memory (memory_wait): idle until admitted. */
@@ -972,6 +1018,20 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 	in.asked_pending = asked_pending();
 	gm_guard_policy(&in, cands, ncand, &d);
 	guard_engaged = d.engaged;
+
+	/* The policy's inputs and outputs, for who debugs it (DEBUG2). */
+	if (d.engaged)
+	{
+		elog(DEBUG2, "glibc_malloc memory guard look: usage " INT64_FORMAT " headroom " INT64_FORMAT " asked " INT64_FORMAT " budget " INT64_FORMAT " reserve " INT64_FORMAT " %d of %d working",
+			 in.usage, d.headroom, in.asked_pending, d.budget, d.reserve, d.nworking, ncand);
+		for (int i = 0; i < ncand; i++)
+			if (cands[i].working || cands[i].started)
+				elog(DEBUG2, "glibc_malloc memory guard look: pid %d vmdata " INT64_FORMAT " rss " INT64_FORMAT " growth " INT64_FORMAT " grown " INT64_FORMAT " waits %d started %d: allow " INT64_FORMAT " limit " INT64_FORMAT,
+					 cands[i].pid, cands[i].vmdata, cands[i].rss,
+					 cands[i].growth == GM_GROWTH_UNKNOWN ? -1 : cands[i].growth, cands[i].grown,
+					 (int) cands[i].waits_for_client, (int) cands[i].started,
+					 cands[i].allow, cands[i].limit);
+	}
 
 	if (!was_engaged && guard_engaged)
 		ereport(LOG,
@@ -1015,13 +1075,32 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 						soft,
 						hard;
 
-			/* A small raise waits while the limit in force leaves room. */
+			/*
+			 * A small raise waits while the limit in force leaves room (read
+			 * with prlimit, unless the process idles since the last look:
+			 * then the limit set is in force).
+			 */
 			if (!c->set &&
 				gm_shmem_limits(c->slot, c->pid, &orig, &own, &cur, NULL) &&
-				gm_data_limit(c->pid, &soft, &hard) && soft == Min(orig, Min(own, cur)))
+				(guarded[c->slot].reused ||
+				 (gm_data_limit(c->pid, &soft, &hard) && soft == Min(orig, Min(own, cur)))))
 				limited++;
 			else
 			{
+				GmGuarded  *g = &guarded[c->slot];
+				int64		vm;
+
+				/*
+				 * A lowering from a reading reused: read VmData now, so that
+				 * what the idle point added meanwhile (catalog catch-up,
+				 * NOTIFY delivery) stays below the limit, with the reserve.
+				 */
+				if (g->reused && c->lowered &&
+					(vm = gm_proc_status_bytes(c->pid, "VmData:")) > g->read_vmdata)
+				{
+					c->limit += vm - g->read_vmdata;
+					g->read_vmdata = vm;
+				}
 				if (c->lowered)
 					lowered++;
 				if (guard_set(c->slot, c->pid, c->limit))
@@ -1034,6 +1113,7 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 			 */
 			pg_write_barrier();
 			gm_shmem_set_guard_working(c->slot, c->pid, c->working);
+			guarded[c->slot].counted_idle = !c->working;
 		}
 		if (lowered > 0)
 		{

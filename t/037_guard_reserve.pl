@@ -14,6 +14,15 @@
 # times.  The VmData growth of the listeners, measured in /proc, is noted:
 # what the reserve must cover.
 #
+# And limits set right after a trim: 10 more sessions LISTEN on another
+# channel after a sort under the greedy preset (its heap kept free); the
+# guard engages, the monitor asks them for that free heap, they trim at
+# their idle point, and the guard limits them at their trimmed VmData (no
+# statement runs in them afterwards).  The same NOTIFY and DDL loop then
+# delivers into them and makes them catch up with the catalog at their idle
+# point: every notification arrives, no FATAL ("protocol synchronization
+# was lost").
+#
 # Needs a cgroup v1 memory directory writable by the test's user, named by
 # GM_TEST_CGROUP_V1.  The measurements are printed (diag), passing or not.
 use strict;
@@ -31,6 +40,7 @@ my $cg = test_cgroup_v1();
 my $MB = 2**20;
 my $limit = 800 * $MB;
 my $listeners = 30;
+my $trimmed_n = 10;
 my $notifies = 300;
 my $headroom_wanted = 33 * $MB;
 
@@ -51,6 +61,20 @@ for my $s (@ls)
 	$s->query_safe('LISTEN ch');
 	push @pids, $s->query_safe('SELECT pg_backend_pid()');
 }
+# The sessions to be trimmed: 10 to 20 MB of free heap each, kept.
+my @ts = map { $node->background_psql('postgres', on_error_stop => 0) } 1 .. $trimmed_n;
+my @tpids;
+for my $s (@ts)
+{
+	$s->query_safe("SET glibc_malloc.preset = greedy; SET work_mem = '1GB'");
+	$s->query_safe('SELECT count(*) FROM (SELECT md5(i::text) FROM generate_series(1, 100000) i ORDER BY 1) s');
+	$s->query_safe('LISTEN ch2');
+	push @tpids, $s->query_safe('SELECT pg_backend_pid()');
+}
+my $tlist = join ',', @tpids;
+my $tfree = $node->safe_psql('postgres', "SELECT sum(free_bytes) FROM glibc_malloc_backends WHERE pid IN ($tlist)");
+diag sprintf('the %d sessions to be trimmed keep %.0f MB of free heap', $trimmed_n, $tfree / $MB);
+cmp_ok($tfree, '>=', $trimmed_n * 5 * $MB, 'the sessions to be trimmed keep free heap');
 my $sender = $node->background_psql('postgres', on_error_stop => 0);
 $sender->query_safe('SELECT 1');
 
@@ -73,20 +97,42 @@ sub fill
 sub guard { [ split /\|/, $node->safe_psql('postgres', 'SELECT engaged, usage_bytes, target_bytes FROM glibc_malloc_guard') ] }
 
 # The usage to about 33 MB below the target.
-for my $try (1 .. 20)
+sub top_up
 {
-	sleep 0.5;
-	my ($engaged, $usage, $target) = @{ guard() };
-	my $headroom = $target - $usage;
-	last if $headroom < $headroom_wanted + 8 * $MB;
-	fill($headroom - $headroom_wanted);
+	for my $try (1 .. 20)
+	{
+		sleep 0.5;
+		my ($engaged, $usage, $target) = @{ guard() };
+		my $headroom = $target - $usage;
+		last if $headroom < $headroom_wanted + 8 * $MB;
+		fill($headroom - $headroom_wanted);
+	}
 }
-# The monitor asks the idle sessions for their free heap and limits them.
+top_up();
+# The monitor asks the idle sessions for their free heap and limits them;
+# what the trims returned is topped up again.
 sleep 3;
+top_up();
+sleep 2;
 my ($engaged, $usage, $target) = @{ guard() };
 diag sprintf('usage %.0f MB, target %.0f MB: headroom %.0f MB', $usage / $MB, $target / $MB, ($target - $usage) / $MB);
 is($engaged, 't', 'the guard is engaged');
 my @before = map { vmdata($_) } @pids;
+
+# The trimmed sessions: asked, trimmed, and limited at their trimmed VmData.
+my $trims = $node->safe_psql('postgres', "SELECT count(*) FROM glibc_malloc_backends WHERE pid IN ($tlist) AND remote_trims > 0");
+is($trims, $trimmed_n, "the monitor asked all $trimmed_n sessions for their free heap, and they trimmed it");
+my $tight = 0;
+my @room;
+for my $pid (@tpids)
+{
+	my ($vm, $lim) = split /\|/, $node->safe_psql('postgres', "SELECT vmdata_bytes, guard_limit_bytes FROM glibc_malloc_processes() WHERE pid = $pid");
+	next unless length $lim;
+	push @room, sprintf('%.1f', ($lim - $vm) / $MB);
+	$tight++ if $lim - $vm < 8 * $MB;
+}
+diag "the trimmed sessions' limits above their VmData (MB): @room";
+is($tight, $trimmed_n, "the guard limits all $trimmed_n at their trimmed VmData (less than 8 MB above)");
 my $offset = -s $node->logfile;
 
 # 1. SELECT 1 in every listener.
@@ -105,7 +151,7 @@ my @after1 = map { vmdata($_) } @pids;
 my $errors = 0;
 for my $i (1 .. $notifies)
 {
-	my (undef, $err) = $sender->query("SELECT pg_notify('ch', lpad('$i', 7000, 'x')); CREATE TEMP TABLE tt$i (a int, b text); DROP TABLE tt$i");
+	my (undef, $err) = $sender->query("SELECT pg_notify('ch', lpad('$i', 7000, 'x')), pg_notify('ch2', lpad('$i', 7000, 'y')); CREATE TEMP TABLE tt$i (a int, b text); DROP TABLE tt$i");
 	if ($err)
 	{
 		$errors++;
@@ -137,6 +183,17 @@ for my $i (0 .. $#pids)
 diag sprintf('largest VmData growth of a listener: %.0f kB for SELECT 1, %.0f kB after the notifications and the catalog catch-up', $g1 / 1024, $g2 / 1024);
 is($all, $listeners, "every listener got all $notifies notifications");
 is($alive, $listeners, 'and every listener is still connected');
+($all, $alive) = (0, 0);
+for my $s (@ts)
+{
+	my ($r, $err) = $s->query('SELECT 1');
+	my $got = () = ($r // '') =~ /Asynchronous notification "ch2" with payload "y+\d+" received/g;
+	$all++ if $got == $notifies;
+	$alive++ if ($r // '') =~ /^1$/m;
+	$s->{stderr} = '';
+}
+is($all, $trimmed_n, "every session limited right after its trim got all $notifies notifications");
+is($alive, $trimmed_n, 'and is still connected');
 my $log = slurp_file($node->logfile, $offset);
 my @fatal = grep { /FATAL:/ } split /\n/, $log;
 is(scalar @fatal, 0, 'no FATAL') or diag join "\n", @fatal[ 0 .. ($#fatal < 4 ? $#fatal : 4) ];
@@ -146,7 +203,7 @@ like($view, qr/^\d+\|[tf]$/, 'glibc_malloc_guard shows the reserve while engaged
 is(oom_kills(), $kills_before, 'the kernel OOM-killed nothing');
 unlike(slurp_file($node->logfile), qr/terminated by signal|all server processes terminated; reinitializing/, 'no restart');
 
-eval { $_->quit } for @ls, $sender;
+eval { $_->quit } for @ls, @ts, $sender;
 $_->kill_kill for @fillers;
 $node->stop('fast');
 done_testing();
