@@ -145,16 +145,17 @@ for my $stem (@stems)
 
 # --one-server: the configurations at once, on one server pinned to one CPU,
 # each as its own role: every round the server sees them all, and only the
-# recording ones leave rows.
+# recording ones leave rows.  The TPC-B-like script runs there too, one
+# client per configuration with synchronous_commit = off.
 SKIP:
 {
 	my @cpus = split /,/, ((`taskset -cp $$ 2>/dev/null` =~ /:\s*(\S+)\s*$/)[0] // '');
 	my ($pgmajor) = `pg_config --version` =~ /(\d+)/;
-	skip 'bench/measure --one-server needs taskset and 2 CPUs', 8 unless @cpus && (`nproc` + 0) >= 2;
-	skip 'bench/measure --one-server needs PostgreSQL 14 (compute_query_id)', 8 unless ($pgmajor // 0) >= 14;
+	skip 'bench/measure --one-server needs taskset and 2 CPUs', 9 unless @cpus && (`nproc` + 0) >= 2;
+	skip 'bench/measure --one-server needs PostgreSQL 14 (compute_query_id)', 9 unless ($pgmajor // 0) >= 14;
 	my $one = "$out/one";
 	mkdir $one;
-	ok(IPC::Run::run([ "$FindBin::RealBin/../bench/run", '--out', $one, '--one-server', '--only', 'select,distinct',
+	ok(IPC::Run::run([ "$FindBin::RealBin/../bench/run", '--out', $one, '--one-server', '--only', 'select,tpcb,distinct',
 				'--configs', 'module,stmts,stmts2', '--rounds', '2', '--seconds', '2' ],
 			'>', \$stdout, '2>', \$stderr),
 		'bench/run --one-server exits 0 (its baseline: module)') or diag $stderr;
@@ -167,10 +168,12 @@ SKIP:
 	ok(!$o->{rows_per_role}{module} && ($o->{rows_per_role}{stmts} // 0) > 0 && ($o->{rows_per_role}{stmts2} // 0) > 0,
 		'only the recording configurations\' roles have rows') or diag explain $o->{rows_per_role};
 	ok(defined $o->{pinned}{server} && ($o->{pinned}{postmaster} // '') eq $o->{pinned}{server}, 'the postmaster ran on the server\'s CPU only');
-	ok(%oc && !grep({ scalar @{ $oc{$_}{distinct_tps}{rounds} // [] } != 2 || scalar @{ $oc{$_}{select_tps}{rounds} // [] } != 2 } qw(module stmts stmts2)),
+	ok(%oc && !grep({ my $c = $_; grep { scalar @{ $oc{$c}{"${_}_tps"}{rounds} // [] } != 2 } qw(select tpcb distinct) } qw(module stmts stmts2)),
 		'every configuration has a TPS per round and workload');
 	ok(defined $oc{module}{monitor_rounds}, 'the memory monitor\'s rounds are counted on the one server');
 	like($m ? slurp_file($m) : '', qr/^One server \(`--one-server`\), on CPU \d+/m, 'the report says how it ran');
+	like($m ? slurp_file($m) : '', qr/^### Read-write OLTP: .*one client per configuration, synchronous_commit = off in every session/m,
+		'and how the TPC-B-like script ran');
 }
 
 # The demo's table, from the same JSON.
