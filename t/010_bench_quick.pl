@@ -176,6 +176,28 @@ SKIP:
 		'and how the TPC-B-like script ran');
 }
 
+# --one-cpu: a server per configuration, all on that one CPU, every
+# round's pgbench at once, each against its own server.
+SKIP:
+{
+	my @cpus = split /,/, ((`taskset -cp $$ 2>/dev/null` =~ /:\s*(\S+)\s*$/)[0] // '');
+	skip 'bench/measure --one-cpu needs taskset and 2 CPUs', 4 unless @cpus && (`nproc` + 0) >= 2;
+	my $dir = "$out/onecpu";
+	mkdir $dir;
+	ok(IPC::Run::run([ "$FindBin::RealBin/../bench/run", '--out', $dir, '--one-cpu', '--only', 'select',
+				'--configs', 'balanced,noguard', '--baseline', 'balanced', '--rounds', '2', '--seconds', '2' ],
+			'>', \$stdout, '2>', \$stderr),
+		'bench/run --one-cpu exits 0') or diag $stderr;
+	my ($j) = glob("$dir/*.json");
+	my ($m) = glob("$dir/*.md");
+	my $o = $j ? decode_json(slurp_file($j)) : {};
+	my %oc = map { $_->{key} => $_ } @{ $o->{configurations} // [] };
+	is_deeply($o->{servers_seen_together}, [ 2, 2 ], 'every round, both servers had their pgbench\'s session at once');
+	ok(%oc && !grep({ scalar @{ $oc{$_}{select_tps}{rounds} // [] } != 2 } qw(balanced noguard)),
+		'every configuration has a TPS per round');
+	like($m ? slurp_file($m) : '', qr/^One CPU \(`--one-cpu`\): a server per configuration/m, 'the report says how it ran');
+}
+
 # The demo's table, from the same JSON.
 ok(IPC::Run::run([ "$FindBin::RealBin/../bench/report", '--text', $json ], '>', \$stdout, '2>', \$stderr),
 	'bench/report --text runs') or diag $stderr;
