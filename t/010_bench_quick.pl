@@ -44,7 +44,7 @@ cmp_ok($c{$_}{select_tps}{median} // 0, '>', 0, "$_: pgbench -S median") for qw(
 ok(defined $c{$_}{monitor_rounds}, "$_: the memory monitor's rounds are counted") for qw(module greedy frugal balanced nomonitor);
 ok(!defined $c{glibc}{monitor_rounds}, 'not where the module is not loaded');
 is($c{glibc}{sort_tps}{ratio}, 1, 'ratios are against glibc defaults');
-is(scalar @{ $r->{targets} }, 9, 'balanced, publishing and the monitor are checked against their nine targets');
+is(scalar @{ $r->{targets} }, 13, 'balanced, publishing and the monitor are checked against their nine targets, the memory guard against off and its A/A control against four');
 cmp_ok($r->{trim_floor} // 0, '>', 0, 'the malloc_trim floor is measured');
 
 # The workloads people run: every case in every configuration that runs it.
@@ -164,7 +164,7 @@ SKIP:
 	my $o = $j ? decode_json(slurp_file($j)) : {};
 	my %oc = map { $_->{key} => $_ } @{ $o->{configurations} // [] };
 	is($o->{baseline}, 'module', 'the baseline is the module at its defaults');
-	is_deeply($o->{roles_seen_together}, [ 3, 3, 3, 3 ], 'every round, the server had the three roles\' sessions at once');
+	is_deeply($o->{roles_seen_together}, [ (3) x 6 ], 'every round and workload, the server had the three roles\' sessions at once');
 	ok(!$o->{rows_per_role}{module} && ($o->{rows_per_role}{stmts} // 0) > 0 && ($o->{rows_per_role}{stmts2} // 0) > 0,
 		'only the recording configurations\' roles have rows') or diag explain $o->{rows_per_role};
 	ok(defined $o->{pinned}{server} && ($o->{pinned}{postmaster} // '') eq $o->{pinned}{server}, 'the postmaster ran on the server\'s CPU only');
