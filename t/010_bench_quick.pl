@@ -44,7 +44,7 @@ cmp_ok($c{$_}{select_tps}{median} // 0, '>', 0, "$_: pgbench -S median") for qw(
 ok(defined $c{$_}{monitor_rounds}, "$_: the memory monitor's rounds are counted") for qw(module greedy frugal balanced nomonitor);
 ok(!defined $c{glibc}{monitor_rounds}, 'not where the module is not loaded');
 is($c{glibc}{sort_tps}{ratio}, 1, 'ratios are against glibc defaults');
-is(scalar @{ $r->{targets} }, 9, 'balanced, publishing and the monitor are checked against their nine targets');
+is(scalar @{ $r->{targets} }, 13, 'balanced, publishing and the monitor are checked against their nine targets, the memory guard against off and its A/A control against four');
 cmp_ok($r->{trim_floor} // 0, '>', 0, 'the malloc_trim floor is measured');
 
 # The workloads people run: every case in every configuration that runs it.
@@ -145,16 +145,17 @@ for my $stem (@stems)
 
 # --one-server: the configurations at once, on one server pinned to one CPU,
 # each as its own role: every round the server sees them all, and only the
-# recording ones leave rows.
+# recording ones leave rows.  The TPC-B-like script runs there too, one
+# client per configuration with synchronous_commit = off.
 SKIP:
 {
 	my @cpus = split /,/, ((`taskset -cp $$ 2>/dev/null` =~ /:\s*(\S+)\s*$/)[0] // '');
 	my ($pgmajor) = `pg_config --version` =~ /(\d+)/;
-	skip 'bench/measure --one-server needs taskset and 2 CPUs', 8 unless @cpus && (`nproc` + 0) >= 2;
-	skip 'bench/measure --one-server needs PostgreSQL 14 (compute_query_id)', 8 unless ($pgmajor // 0) >= 14;
+	skip 'bench/measure --one-server needs taskset and 2 CPUs', 9 unless @cpus && (`nproc` + 0) >= 2;
+	skip 'bench/measure --one-server needs PostgreSQL 14 (compute_query_id)', 9 unless ($pgmajor // 0) >= 14;
 	my $one = "$out/one";
 	mkdir $one;
-	ok(IPC::Run::run([ "$FindBin::RealBin/../bench/run", '--out', $one, '--one-server', '--only', 'select,distinct',
+	ok(IPC::Run::run([ "$FindBin::RealBin/../bench/run", '--out', $one, '--one-server', '--only', 'select,tpcb,distinct',
 				'--configs', 'module,stmts,stmts2', '--rounds', '2', '--seconds', '2' ],
 			'>', \$stdout, '2>', \$stderr),
 		'bench/run --one-server exits 0 (its baseline: module)') or diag $stderr;
@@ -163,14 +164,38 @@ SKIP:
 	my $o = $j ? decode_json(slurp_file($j)) : {};
 	my %oc = map { $_->{key} => $_ } @{ $o->{configurations} // [] };
 	is($o->{baseline}, 'module', 'the baseline is the module at its defaults');
-	is_deeply($o->{roles_seen_together}, [ 3, 3, 3, 3 ], 'every round, the server had the three roles\' sessions at once');
+	is_deeply($o->{roles_seen_together}, [ (3) x 6 ], 'every round and workload, the server had the three roles\' sessions at once');
 	ok(!$o->{rows_per_role}{module} && ($o->{rows_per_role}{stmts} // 0) > 0 && ($o->{rows_per_role}{stmts2} // 0) > 0,
 		'only the recording configurations\' roles have rows') or diag explain $o->{rows_per_role};
 	ok(defined $o->{pinned}{server} && ($o->{pinned}{postmaster} // '') eq $o->{pinned}{server}, 'the postmaster ran on the server\'s CPU only');
-	ok(%oc && !grep({ scalar @{ $oc{$_}{distinct_tps}{rounds} // [] } != 2 || scalar @{ $oc{$_}{select_tps}{rounds} // [] } != 2 } qw(module stmts stmts2)),
+	ok(%oc && !grep({ my $c = $_; grep { scalar @{ $oc{$c}{"${_}_tps"}{rounds} // [] } != 2 } qw(select tpcb distinct) } qw(module stmts stmts2)),
 		'every configuration has a TPS per round and workload');
 	ok(defined $oc{module}{monitor_rounds}, 'the memory monitor\'s rounds are counted on the one server');
 	like($m ? slurp_file($m) : '', qr/^One server \(`--one-server`\), on CPU \d+/m, 'the report says how it ran');
+	like($m ? slurp_file($m) : '', qr/^### Read-write OLTP: .*one client per configuration, synchronous_commit = off in every session/m,
+		'and how the TPC-B-like script ran');
+}
+
+# --one-cpu: a server per configuration, all on that one CPU, every
+# round's pgbench at once, each against its own server.
+SKIP:
+{
+	my @cpus = split /,/, ((`taskset -cp $$ 2>/dev/null` =~ /:\s*(\S+)\s*$/)[0] // '');
+	skip 'bench/measure --one-cpu needs taskset and 2 CPUs', 4 unless @cpus && (`nproc` + 0) >= 2;
+	my $dir = "$out/onecpu";
+	mkdir $dir;
+	ok(IPC::Run::run([ "$FindBin::RealBin/../bench/run", '--out', $dir, '--one-cpu', '--only', 'select',
+				'--configs', 'balanced,noguard', '--baseline', 'balanced', '--rounds', '2', '--seconds', '2' ],
+			'>', \$stdout, '2>', \$stderr),
+		'bench/run --one-cpu exits 0') or diag $stderr;
+	my ($j) = glob("$dir/*.json");
+	my ($m) = glob("$dir/*.md");
+	my $o = $j ? decode_json(slurp_file($j)) : {};
+	my %oc = map { $_->{key} => $_ } @{ $o->{configurations} // [] };
+	is_deeply($o->{servers_seen_together}, [ 2, 2 ], 'every round, both servers had their pgbench\'s session at once');
+	ok(%oc && !grep({ scalar @{ $oc{$_}{select_tps}{rounds} // [] } != 2 } qw(balanced noguard)),
+		'every configuration has a TPS per round');
+	like($m ? slurp_file($m) : '', qr/^One CPU \(`--one-cpu`\): a server per configuration/m, 'the report says how it ran');
 }
 
 # The demo's table, from the same JSON.

@@ -164,6 +164,59 @@ SKIP:
 	cmp_ok($r->{max_exec}, '>', 0.8 * $sort_kb * 1024, 'with the peak of the executor inside it (its sort)');
 }
 
+# A utility statement's heap and mmapped changes are glibc's across it
+# ("after minus before"), under the default preset and balanced: FETCH runs
+# a cursor's sort and holds its memory, CLOSE frees it (glibc's defaults
+# give it back, balanced keeps the heap).  On the heap (mmap_max = 0), then
+# mmapped (mmap_threshold 128 kB); the session reads glibc's counters after
+# each of the two.
+SKIP:
+{
+	skip 'utility statements have no queryid before PostgreSQL 14', 20 if $pgver < 140000;
+	for my $preset ('default', 'balanced')
+	{
+		for my $where ('heap', 'mmapped')
+		{
+			my $col = "${where}_bytes";
+			my $set = ($preset eq 'default' ? '' : "SET glibc_malloc.preset = '$preset'; ")
+			  . ($where eq 'heap' ? 'SET glibc_malloc.mmap_max = 0' : "SET glibc_malloc.mmap_threshold = '128kB'");
+			$node->safe_psql('postgres', 'SELECT glibc_malloc_statements_reset()');
+			my $out = $node->safe_psql('postgres', qq{
+				$set; SET work_mem = '64MB';
+				CREATE TEMP TABLE u (step int, b bigint);
+				INSERT INTO u SELECT 0, $col FROM glibc_malloc_stats();
+				BEGIN;
+				DECLARE c CURSOR FOR $sort;
+				FETCH 1 FROM c;
+				INSERT INTO u SELECT 1, $col FROM glibc_malloc_stats();
+				CLOSE c;
+				INSERT INTO u SELECT 2, $col FROM glibc_malloc_stats();
+				COMMIT;
+				SELECT (SELECT b FROM u WHERE step = 1) - (SELECT b FROM u WHERE step = 0),
+				       (SELECT b FROM u WHERE step = 2) - (SELECT b FROM u WHERE step = 1)});
+			my ($fetch_d, $close_d) = (split /\n/, $out)[-1] =~ /^(-?\d+)\|(-?\d+)$/;
+			my $f = row_for('FETCH 1 FROM c');
+			my $c = row_for('CLOSE c');
+			my $key = $where eq 'heap' ? 'heap_change' : 'mmapped_change';
+			cmp_ok($fetch_d, '>', 4 * 2**20, "$preset, $where: glibc's $where grew across FETCH by the sort's memory ($fetch_d bytes)");
+			cmp_ok(abs($f->{$key} - $fetch_d), '<', 2**20,
+				"$preset, $where: FETCH's row says so ($f->{$key}), within 1 MB");
+			if ($preset eq 'balanced' && $where eq 'heap')
+			{
+				cmp_ok(abs($close_d), '<', 2**20, "$preset, $where: glibc kept its heap across CLOSE ($close_d bytes)");
+			}
+			else
+			{
+				cmp_ok($close_d, '<', -4 * 2**20, "$preset, $where: glibc gave the sort's memory back across CLOSE ($close_d bytes)");
+			}
+			cmp_ok(abs($c->{$key} - $close_d), '<', 2**20,
+				"$preset, $where: CLOSE's row is glibc's change across it ($c->{$key}, glibc $close_d), within 1 MB");
+			my $other = $where eq 'heap' ? 'mmapped_change' : 'heap_change';
+			cmp_ok(abs($f->{$other}), '<', 2**20, "$preset, $where: and FETCH's other change is small ($f->{$other})");
+		}
+	}
+}
+
 # Parallel query: the leader's memory only; workers add no calls.
 SKIP:
 {
