@@ -1076,6 +1076,27 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 						hard;
 
 			/*
+			 * Counted idle: say so before its limit changes, then look at
+			 * its starts again.  A statement that started since this look
+			 * read the process either sees "idle" and waits for the next
+			 * look, or is seen here: its limit is kept, and it counts as
+			 * working (the next look's start flag does the rest).
+			 */
+			if (!c->working)
+			{
+				gm_shmem_set_guard_working(c->slot, c->pid, false);
+				pg_memory_barrier();
+				if (gm_shmem_guard_starts(c->slot) != guarded[c->slot].starts)
+				{
+					gm_shmem_set_guard_working(c->slot, c->pid, true);
+					guarded[c->slot].counted_idle = false;
+					if (guarded[c->slot].limit != GM_NO_LIMIT)
+						limited++;
+					continue;
+				}
+			}
+
+			/*
 			 * A small raise waits while the limit in force leaves room (read
 			 * with prlimit, unless the process idles since the last look:
 			 * then the limit set is in force).
