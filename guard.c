@@ -269,19 +269,30 @@ blocks_others(void)
 /*
  * One round of the admission, under the queue's lock: the available bytes
  * are the guard's headroom less what the admitted statements still expect
- * to take.  Returns whether this process's statement is admitted.
+ * to take; the most ever available is the guard's target (headroom with
+ * nothing else in use).  Returns whether this process's statement is
+ * admitted.
  */
 static bool
 admission_round(int64 now)
 {
 	int64		headroom = gm_shmem_guard_headroom();
+	int64		limit = gm_shmem_guard_limit();
+	int64		ceiling = -1;
 	int64		outstanding;
 	int			n;
 	bool		admitted;
 
+	if (limit > 0)
+	{
+		GmGuardLevels lv;
+
+		gm_guard_levels(limit, &lv);
+		ceiling = Max(lv.target, 0);
+	}
 	gm_shmem_wait_lock();
 	n = gm_shmem_wait_collect(admit_buf, admit_max, now, &outstanding);
-	(void) gm_guard_admit(Max(headroom, 0) - outstanding, admit_buf, n);
+	(void) gm_guard_admit(Max(headroom, 0) - outstanding, ceiling, admit_buf, n);
 	gm_shmem_wait_admit(admit_buf, n);
 	admitted = gm_shmem_wait_admitted();
 	gm_shmem_wait_unlock();

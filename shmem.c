@@ -1240,6 +1240,29 @@ gm_shmem_guard_headroom(void)
 }
 
 /*
+ * The memory limit the monitor last read (bytes; -1 = none or unknown),
+ * read under its change counter.
+ */
+int64
+gm_shmem_guard_limit(void)
+{
+	GmMonitorState *st = shared ? &shared->monitor : NULL;
+
+	for (int i = 0; st != NULL && i < 1000; i++)
+	{
+		uint32		before = st->changecount;
+		int64		limit;
+
+		pg_read_barrier();
+		limit = st->limit_bytes;
+		pg_read_barrier();
+		if (before == st->changecount && (before & 1) == 0)
+			return limit;
+	}
+	return -1;
+}
+
+/*
  * The monitor: whether process pid, in slot slotno, waits for memory now
  * (a read without the lock: the guard counts it as idle until admitted).
  */
