@@ -59,6 +59,7 @@
 #include "miscadmin.h"
 #include "optimizer/planner.h"
 #include "storage/ipc.h"
+#include "tcop/pquery.h"
 #include "tcop/utility.h"
 #include "utils/guc.h"
 #include "utils/timestamp.h"
@@ -373,7 +374,8 @@ wait_for_memory(QueryDesc *queryDesc, int eflags)
 	int64		waited;
 
 	gm_guard_wait_end();
-	if ((eflags & EXEC_FLAG_EXPLAIN_ONLY) || !gm_guard_may_wait())
+	/* Only a client's portal: not deferred triggers or login event triggers. */
+	if (ActivePortal == NULL || (eflags & EXEC_FLAG_EXPLAIN_ONLY) || !gm_guard_may_wait())
 		return;
 	queryid = queryDesc->plannedstmt->queryId;
 	if ((need = gm_statements_recorded_peak(queryid)) <= 0)
@@ -632,6 +634,14 @@ gm_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	 */
 	if (event == SUBXACT_EVENT_ABORT_SUB)
 		gm_statements_subxact_abort(mySubid);
+
+	/*
+	 * A client's statement failed inside its savepoint (ON_ERROR_ROLLBACK,
+	 * a driver's autosave): no ExecutorEnd, no transaction abort, so its
+	 * reservation for memory ends here.  Not a PL/pgSQL block's (nested).
+	 */
+	if (event == SUBXACT_EVENT_ABORT_SUB && nesting == 0)
+		gm_guard_wait_end();
 }
 
 /*

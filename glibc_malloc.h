@@ -366,6 +366,7 @@ extern void gm_shmem_wait_leave(void);
 extern void gm_shmem_wait_count(GmWaitCount kind, int64 n);
 extern void gm_shmem_wait_counts(int64 *counts);
 extern int64 gm_shmem_guard_headroom(void);
+extern int64 gm_shmem_guard_limit(void);
 extern bool gm_shmem_guard_engaged(void);
 extern bool gm_shmem_waits_for_memory(int slotno, int pid);
 extern int64 gm_shmem_wait_reserved(int slotno, int pid, int64 vmdata);
@@ -465,7 +466,7 @@ typedef struct GmAdmitWaiter
 
 extern bool gm_guard_covers(GmGuardMode mode, GmLimitSource source);
 extern void gm_guard_levels(int64 limit, GmGuardLevels *lv);
-extern int	gm_guard_admit(int64 available, GmAdmitWaiter *waiters, int n);
+extern int	gm_guard_admit(int64 available, int64 ceiling, GmAdmitWaiter *waiters, int n);
 extern bool gm_guard_engaged_after(int64 limit, int64 usage, bool engaged);
 extern bool gm_guard_measure(int64 limit, int64 usage, bool engaged);
 extern void gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecision *out);

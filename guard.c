@@ -43,8 +43,9 @@
  * ends and every GM_WAIT_POLL_MS (the monitor's looks change the
  * headroom), and takes interrupts: statement_timeout, pg_cancel_backend,
  * termination.  A waiter that another backend waits for (it holds a lock
- * that one wants: PostgreSQL's own pg_blocking_pids) gives up at once with
- * an ERROR, which releases its locks.  A wait that runs out runs the
+ * that one wants: PostgreSQL's own pg_blocking_pids, checked at once and
+ * then once a second) gives up with an ERROR (55P03), which releases its
+ * locks.  A wait that runs out runs the
  * statement as without the wait.
  *
  *-------------------------------------------------------------------------
@@ -75,6 +76,9 @@
 /* A waiter looks again at least this often (the monitor looks every 50 ms). */
 #define GM_WAIT_POLL_MS			50
 
+/* A waiter checks whether it blocks another's lock this often. */
+#define GM_WAIT_LOCK_CHECK_USEC	(1000 * 1000)
+
 /*
  * A statement's need is its recorded executor peak times this: the peak is
  * the bytes in use in its memory contexts at its end; its process maps
@@ -83,10 +87,10 @@
  */
 #define GM_WAIT_NEED_FACTOR		1.25
 
-/* A statement expected to take less does not wait (the reserve covers it). */
+/* A query whose recorded peak is smaller does not wait (the reserve covers it). */
 #define GM_WAIT_MIN_NEED		((int64) 1024 * 1024)
 
-/* GUC glibc_malloc.memory_wait, ms; 0 = fail at once. */
+/* GUC glibc_malloc.memory_wait, ms; 0 = no wait (the statement runs at once). */
 static int	memory_wait = 30000;
 
 /* This process's statement is queued or admitted (gm_shmem_wait_leave due). */
@@ -269,19 +273,30 @@ blocks_others(void)
 /*
  * One round of the admission, under the queue's lock: the available bytes
  * are the guard's headroom less what the admitted statements still expect
- * to take.  Returns whether this process's statement is admitted.
+ * to take; the most ever available is the guard's target (headroom with
+ * nothing else in use).  Returns whether this process's statement is
+ * admitted.
  */
 static bool
 admission_round(int64 now)
 {
 	int64		headroom = gm_shmem_guard_headroom();
+	int64		limit = gm_shmem_guard_limit();
+	int64		ceiling = -1;
 	int64		outstanding;
 	int			n;
 	bool		admitted;
 
+	if (limit > 0)
+	{
+		GmGuardLevels lv;
+
+		gm_guard_levels(limit, &lv);
+		ceiling = Max(lv.target, 0);
+	}
 	gm_shmem_wait_lock();
 	n = gm_shmem_wait_collect(admit_buf, admit_max, now, &outstanding);
-	(void) gm_guard_admit(Max(headroom, 0) - outstanding, admit_buf, n);
+	(void) gm_guard_admit(Max(headroom, 0) - outstanding, ceiling, admit_buf, n);
 	gm_shmem_wait_admit(admit_buf, n);
 	admitted = gm_shmem_wait_admitted();
 	gm_shmem_wait_unlock();
@@ -295,8 +310,9 @@ static bool wait_loop(int64 start, bool *timed_out);
  * executor peak), once gm_guard_may_wait said yes: queue it, and wait
  * until it is admitted (it then holds a reservation until
  * gm_guard_wait_end), memory_wait runs out, or the guard lets go.  Returns
- * the microseconds waited (0: admitted at once, or not queued).  ERROR when
- * another backend waits for a lock this one holds; interrupts as always.
+ * the microseconds waited (0: admitted at once, or not queued).  ERROR
+ * (55P03, not an out-of-memory) when another backend waits for a lock this
+ * one holds; interrupts as always.
  */
 int64
 gm_guard_wait_for_memory(int64 need)
@@ -307,9 +323,9 @@ gm_guard_wait_for_memory(int64 need)
 	volatile bool timed_out = false;
 
 	gm_guard_wait_end();
-	need = (int64) (need * GM_WAIT_NEED_FACTOR);
 	if (need < GM_WAIT_MIN_NEED)
 		return 0;
+	need = (int64) (need * GM_WAIT_NEED_FACTOR);
 	if (admit_buf == NULL)
 	{
 		static bool exit_hook = false;
@@ -332,7 +348,11 @@ gm_guard_wait_for_memory(int64 need)
 	if (admitted)
 		return 0;
 	gm_shmem_wait_count(GM_WAIT_WAITS, 1);
-	/* Cancelled, timed out, terminated or given up: counted, left. */
+	/*
+	 * Cancelled, statement_timeout or given up (an ERROR): counted, left.  A
+	 * termination (FATAL) does not come here: wait_at_exit leaves the queue,
+	 * its time is not counted.
+	 */
 	PG_TRY();
 	{
 		admitted = wait_loop(start, (bool *) &timed_out);
@@ -347,9 +367,17 @@ gm_guard_wait_for_memory(int64 need)
 	waited = gm_monotonic_usec() - start;
 	if (!admitted)
 	{
-		/* Runs as without the wait: no reservation. */
-		gm_guard_wait_end();
-		if (timed_out)
+		/* A round may have admitted it meanwhile: else it leaves, in one go. */
+		gm_shmem_wait_lock();
+		admitted = gm_shmem_wait_admitted();
+		if (!admitted)
+		{
+			/* Runs as without the wait: no reservation. */
+			wait_entered = false;
+			gm_shmem_wait_leave();
+		}
+		gm_shmem_wait_unlock();
+		if (!admitted && timed_out)
 			gm_shmem_wait_count(GM_WAIT_TIMEOUTS, 1);
 	}
 	gm_shmem_wait_count(GM_WAIT_USEC, waited);
@@ -364,6 +392,7 @@ static bool
 wait_loop(int64 start, bool *timed_out)
 {
 	bool		admitted = false;
+	int64		next_lock_check = start;
 
 	while (!admitted)
 	{
@@ -377,17 +406,22 @@ wait_loop(int64 start, bool *timed_out)
 		}
 		if (!gm_shmem_guard_engaged())
 			break;
+		/* At once, then about once a second: pg_blocking_pids takes locks. */
+		if (now >= next_lock_check)
+		{
+			next_lock_check = now + GM_WAIT_LOCK_CHECK_USEC;
+			if (blocks_others())
+				ereport(ERROR,
+						(errcode(ERRCODE_LOCK_NOT_AVAILABLE),
+						 errmsg("gave up waiting for memory: another session waits for a lock this statement holds"),
+						 errdetail("The statement waited %.1f s for memory (glibc_malloc.memory_wait).",
+								   (gm_monotonic_usec() - start) / 1000000.0),
+						 errhint("Retry the statement, or set glibc_malloc.memory_wait to 0 for sessions that hold locks others wait for.")));
+		}
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 						 Min(left_ms, GM_WAIT_POLL_MS), gm_memory_wait_event());
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
-		if (blocks_others())
-			ereport(ERROR,
-					(errcode(ERRCODE_OUT_OF_MEMORY),
-					 errmsg("out of memory"),
-					 errdetail("The statement waited %.1f s for memory (glibc_malloc.memory_wait) and gave up because another session waits for a lock it holds.",
-							   (gm_monotonic_usec() - start) / 1000000.0),
-					 errhint("Retry when fewer large queries run, lower work_mem, or raise the container's memory limit.")));
 		admitted = admission_round(gm_monotonic_usec());
 	}
 	return admitted;

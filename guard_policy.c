@@ -54,10 +54,13 @@
  * admitted statements are still expected to take) and the waiters, which
  * go.  In arrival order, each that fits goes and takes its need.  One that
  * does not fit may be passed by a smaller one behind it, as long as it has
- * waited less than GM_ADMIT_PASS_SHARE of its memory_wait; from then on its
- * need is kept for it, and only what is left beyond it may admit others:
- * passing never makes a waiter miss the memory that frees before its wait
- * ends.
+ * waited less than GM_ADMIT_PASS_SHARE of its memory_wait (of at most
+ * GM_ADMIT_PASS_MAX_MS: memory_wait is the session's own setting); from then
+ * on its need is kept for it, and only what is left beyond it may admit
+ * others: passing never makes a waiter miss the memory that frees before
+ * its wait ends.  A need above the most the admission could ever have
+ * (the ceiling) is never kept: it waits, passed by all, until its wait
+ * runs out, and holds up nobody.
  *
  *-------------------------------------------------------------------------
  */
@@ -84,7 +87,9 @@
 										 * so that all take at most ... */
 #define GM_GUARD_RESERVE_SHARE 0.5	/* ... this much of the margin */
 #define GM_ADMIT_PASS_SHARE	0.5	/* a waiter may be passed for this much of
-									 * its memory_wait */
+									 * its memory_wait ... */
+#define GM_ADMIT_PASS_MAX_MS 30000	/* ... counted as at most this (the
+									 * default memory_wait) */
 #define GM_GUARD_GRAIN		(256 * 1024)	/* the shares of those not working
 											 * are rounded down to this */
 
@@ -336,11 +341,12 @@ cmp_arrival(const void *a, const void *b)
 }
 
 /*
- * The admission: sets each waiter's admit from available bytes; returns how
- * many go.  Sorts waiters by arrival.
+ * The admission: sets each waiter's admit from available bytes (ceiling:
+ * the most ever available, -1 = unknown); returns how many go.  Sorts
+ * waiters by arrival.
  */
 int
-gm_guard_admit(int64 available, GmAdmitWaiter *waiters, int n)
+gm_guard_admit(int64 available, int64 ceiling, GmAdmitWaiter *waiters, int n)
 {
 	int64		left = available;
 	int			admitted = 0;
@@ -358,7 +364,9 @@ gm_guard_admit(int64 available, GmAdmitWaiter *waiters, int n)
 			admitted++;
 		}
 		/* Passed long enough: what frees from now on is kept for it. */
-		else if ((double) w->waited_ms >= GM_ADMIT_PASS_SHARE * w->patience_ms)
+		else if ((ceiling < 0 || need <= ceiling) &&
+				 (double) w->waited_ms >=
+				 GM_ADMIT_PASS_SHARE * Min(w->patience_ms, GM_ADMIT_PASS_MAX_MS))
 			left -= need;
 	}
 	return admitted;

@@ -45,6 +45,7 @@
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "pgstat.h"
 #include "port/atomics.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
@@ -1103,6 +1104,20 @@ gm_shmem_wait_enqueue(int64 need, int64 patience_ms, int64 now)
 }
 
 /*
+ * Whether process pid, in slot slotno (its PGPROC number), waits for its
+ * client's next command: a statement it was admitted for failed inside a
+ * savepoint or its portal is suspended, and holds no reservation.  A read
+ * without a lock.
+ */
+static bool
+waits_for_client(int slotno, int pid)
+{
+	PGPROC	   *proc = &ProcGlobal->allProcs[slotno];
+
+	return proc->pid == pid && proc->wait_event_info == WAIT_EVENT_CLIENT_READ;
+}
+
+/*
  * Under the lock: the waiters into w (at most max; id is the slot) and
  * the bytes the admitted statements are still expected to take: each its
  * reservation less what its process grew since its admission.  One whose
@@ -1124,7 +1139,7 @@ gm_shmem_wait_collect(GmAdmitWaiter *w, int max, int64 now, int64 *outstanding)
 				gm_proc_status_bytes(ws->pid, "VmData:") : -1;
 			int64		grown = ws->base_vmdata >= 0 && vm >= 0 ? vm - ws->base_vmdata : 0;
 
-			if (vm < 0 || grown >= ws->need)
+			if (vm < 0 || grown >= ws->need || waits_for_client(i, ws->pid))
 				ws->state = GM_WAIT_NONE;
 			else
 				*outstanding += ws->need - Max(grown, 0);
@@ -1249,6 +1264,29 @@ gm_shmem_guard_headroom(void)
 }
 
 /*
+ * The memory limit the monitor last read (bytes; -1 = none or unknown),
+ * read under its change counter.
+ */
+int64
+gm_shmem_guard_limit(void)
+{
+	GmMonitorState *st = shared ? &shared->monitor : NULL;
+
+	for (int i = 0; st != NULL && i < 1000; i++)
+	{
+		uint32		before = st->changecount;
+		int64		limit;
+
+		pg_read_barrier();
+		limit = st->limit_bytes;
+		pg_read_barrier();
+		if (before == st->changecount && (before & 1) == 0)
+			return limit;
+	}
+	return -1;
+}
+
+/*
  * The monitor: whether process pid, in slot slotno, waits for memory now
  * (a read without the lock: the guard counts it as idle until admitted).
  */
@@ -1274,7 +1312,8 @@ gm_shmem_wait_reserved(int slotno, int pid, int64 vmdata)
 	if (ws->state != GM_WAIT_ADMITTED)
 		return 0;
 	LWLockAcquire(shared->wait_lock, LW_SHARED);
-	if (ws->state == GM_WAIT_ADMITTED && ws->pid == pid && ws->base_vmdata >= 0)
+	if (ws->state == GM_WAIT_ADMITTED && ws->pid == pid && ws->base_vmdata >= 0 &&
+		!waits_for_client(slotno, pid))
 		left = Max(ws->need - Max(vmdata - ws->base_vmdata, 0), 0);
 	LWLockRelease(shared->wait_lock);
 	return left;

@@ -422,25 +422,25 @@ main(void)
 		WAITER(0, 3, 400, 0, 10000);
 		WAITER(1, 1, 400, 0, 10000);
 		WAITER(2, 2, 400, 0, 10000);
-		n = gm_guard_admit(900 * MB, w, 3);
+		n = gm_guard_admit(900 * MB, -1, w, 3);
 		ok(n == 2 && w[0].arrival == 1 && w[0].admit && w[1].admit && !w[2].admit,
 		   "900 MB, three of 400 MB: the first two to arrive go, the third waits");
 
 		/* Nothing available: nobody goes; a need of 0 always fits. */
 		WAITER(0, 1, 100, 0, 10000);
-		n = gm_guard_admit(0, w, 1);
+		n = gm_guard_admit(0, -1, w, 1);
 		ok(n == 0 && !w[0].admit, "nothing available: a waiter of 100 MB waits");
 		WAITER(0, 1, 100, 0, 10000);
-		n = gm_guard_admit(-50 * MB, w, 1);
+		n = gm_guard_admit(-50 * MB, -1, w, 1);
 		ok(n == 0 && !w[0].admit, "less than nothing (reservations above the headroom): it waits");
 		WAITER(0, 1, 100, 0, 10000);
-		n = gm_guard_admit(100 * MB, w, 1);
+		n = gm_guard_admit(100 * MB, -1, w, 1);
 		ok(n == 1 && w[0].admit, "exactly what it needs: it goes");
 
 		/* A small one passes a head that does not fit, while the head is young. */
 		WAITER(0, 1, 500, 1000, 10000);
 		WAITER(1, 2, 50, 0, 10000);
-		n = gm_guard_admit(200 * MB, w, 2);
+		n = gm_guard_admit(200 * MB, -1, w, 2);
 		ok(n == 1 && !w[0].admit && w[1].admit,
 		   "a head of 500 MB that does not fit 200 MB, waiting 1 of 10 s: a query of 50 MB behind it goes");
 
@@ -452,7 +452,7 @@ main(void)
 			{
 				WAITER(0, 1, 2000, t * 100, 10000);
 				WAITER(1, 2 + t, 20, 0, 10000);
-				(void) gm_guard_admit(300 * MB, w, 2);
+				(void) gm_guard_admit(300 * MB, -1, w, 2);
 				if (w[0].arrival == 2 + t ? w[0].admit : w[1].admit)
 					small_went++;
 			}
@@ -462,31 +462,53 @@ main(void)
 		/* Past half of its memory_wait, the head keeps its need: no more passing. */
 		WAITER(0, 1, 500, 5000, 10000);
 		WAITER(1, 2, 50, 0, 10000);
-		n = gm_guard_admit(200 * MB, w, 2);
+		n = gm_guard_admit(200 * MB, -1, w, 2);
 		ok(n == 0 && !w[0].admit && !w[1].admit,
 		   "the head waited 5 of 10 s: the 200 MB free are kept for it, the small one waits");
 		WAITER(0, 1, 500, 6000, 10000);
 		WAITER(1, 2, 50, 0, 10000);
-		n = gm_guard_admit(560 * MB, w, 2);
+		n = gm_guard_admit(560 * MB, -1, w, 2);
 		ok(n == 2 && w[0].admit && w[1].admit,
 		   "560 MB: the head of 500 MB goes, and the small one with what is left");
 		WAITER(0, 1, 500, 6000, 10000);
 		WAITER(1, 2, 50, 0, 10000);
 		WAITER(2, 3, 40, 0, 10000);
-		n = gm_guard_admit(540 * MB, w, 3);
+		n = gm_guard_admit(540 * MB, -1, w, 3);
 		ok(n == 2 && w[0].admit && !w[1].admit && w[2].admit,
 		   "540 MB: the head goes, 50 MB does not fit the 40 MB left, 40 MB behind it does");
 		/* Beyond what the head waits for, others still go. */
 		WAITER(0, 1, 300, 6000, 10000);
 		WAITER(1, 2, 50, 0, 10000);
-		n = gm_guard_admit(200 * MB, w, 2);
+		n = gm_guard_admit(200 * MB, -1, w, 2);
 		ok(n == 0, "a due head of 300 MB and 200 MB free: nothing passes it");
 		WAITER(0, 1, 300, 6000, 10000);
 		WAITER(1, 2, 50, 0, 10000);
 		WAITER(2, 3, 500, 9000, 20000);
-		n = gm_guard_admit(290 * MB, w, 3);
+		n = gm_guard_admit(290 * MB, -1, w, 3);
 		ok(n == 0 && !w[1].admit,
 		   "two due waiters keep their needs: 290 MB admit nobody");
+
+		/* memory_wait is the session's: half of at most 30 s counts. */
+		WAITER(0, 1, 500, 20000, 3600000);
+		WAITER(1, 2, 50, 0, 10000);
+		n = gm_guard_admit(200 * MB, 1000 * MB, w, 2);
+		ok(n == 0 && !w[0].admit && !w[1].admit,
+		   "a head of 500 MB with memory_wait 1 h, waiting 20 s: due (15 s), the small one waits");
+		WAITER(0, 1, 500, 10000, 3600000);
+		WAITER(1, 2, 50, 0, 10000);
+		n = gm_guard_admit(200 * MB, 1000 * MB, w, 2);
+		ok(n == 1 && w[1].admit, "the same head waiting 10 s: the small one passes");
+
+		/* A need above the most there could ever be is never kept. */
+		WAITER(0, 1, 2000, 1800000, 3600000);
+		WAITER(1, 2, 50, 0, 10000);
+		n = gm_guard_admit(200 * MB, 1000 * MB, w, 2);
+		ok(n == 1 && !w[0].admit && w[1].admit,
+		   "a head of 2000 MB, ceiling 1000 MB, waiting 30 of 60 min: never kept, the small one goes");
+		WAITER(0, 1, 1000, 20000, 30000);
+		WAITER(1, 2, 50, 0, 10000);
+		n = gm_guard_admit(200 * MB, 1000 * MB, w, 2);
+		ok(n == 0 && !w[1].admit, "a due head of exactly the ceiling is kept");
 
 		/* Bursts: 8 of 400 MB in 900 MB, reservations ending two at a time: arrival order. */
 		{
@@ -506,7 +528,7 @@ main(void)
 						WAITER(k, i + 1, 400, round * 3000, 30000);
 						k++;
 					}
-				(void) gm_guard_admit(900 * MB - running, w, k);
+				(void) gm_guard_admit(900 * MB - running, -1, w, k);
 				for (int i = 0; i < k; i++)
 					if (w[i].admit)
 					{
