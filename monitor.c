@@ -1066,6 +1066,18 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 
 	if (guard_engaged)
 	{
+		/*
+		 * Engaged before any limit is set: a statement that starts from now
+		 * on waits for a look while it counts as idle.
+		 */
+		if (!st->guard_engaged)
+		{
+			st->changecount++;
+			pg_write_barrier();
+			st->guard_engaged = true;
+			pg_write_barrier();
+			st->changecount++;
+		}
 		for (int i = 0; i < ncand; i++)
 		{
 			GmGuardProc *c = &cands[i];
@@ -1088,8 +1100,13 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 				pg_memory_barrier();
 				if (gm_shmem_guard_starts(c->slot) != guarded[c->slot].starts)
 				{
-					gm_shmem_set_guard_working(c->slot, c->pid, true);
-					guarded[c->slot].counted_idle = false;
+					/*
+					 * Keep the last look's view and limit: a working
+					 * process goes on with its working limit; one counted
+					 * idle before goes on waiting for the next look, which
+					 * its start woke.
+					 */
+					gm_shmem_set_guard_working(c->slot, c->pid, !guarded[c->slot].counted_idle);
 					if (guarded[c->slot].limit != GM_NO_LIMIT)
 						limited++;
 					continue;
@@ -1430,6 +1447,18 @@ static const struct config_enum_entry memory_guard_options[] = {
 	{"false", GM_GUARD_OFF, true},
 	{"no", GM_GUARD_OFF, true},
 	{"0", GM_GUARD_OFF, true},
+	/* the prefixes 1.6's parse_bool read too */
+	{"t", GM_GUARD_CGROUP, true},
+	{"tr", GM_GUARD_CGROUP, true},
+	{"tru", GM_GUARD_CGROUP, true},
+	{"y", GM_GUARD_CGROUP, true},
+	{"ye", GM_GUARD_CGROUP, true},
+	{"f", GM_GUARD_OFF, true},
+	{"fa", GM_GUARD_OFF, true},
+	{"fal", GM_GUARD_OFF, true},
+	{"fals", GM_GUARD_OFF, true},
+	{"n", GM_GUARD_OFF, true},
+	{"of", GM_GUARD_OFF, true},
 	{NULL, 0, false}
 };
 

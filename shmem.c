@@ -904,12 +904,11 @@ gm_shmem_set_guard_limit(int slotno, int pid, int64 limit)
 }
 
 /*
- * A top-level statement starts in this process: while the memory guard
- * limits it, count the start in the slot (also while it counts as working:
- * a look that read it between two statements then keeps its limit, see
- * guard_tick); if its last look did not count it as working, wake the
- * monitor and return true (the caller may wait for the look).  Otherwise a
- * flag test or two, and false.
+ * A top-level statement starts in this process: count the start in the
+ * slot (an atomic add; a look that read the process between two statements
+ * then keeps its limit, see guard_tick); while the memory guard limits it
+ * and its last look did not count it as working, wake the monitor and
+ * return true (the caller may wait for the look).
  */
 bool
 gm_shmem_guard_statement_start(void)
@@ -918,13 +917,13 @@ gm_shmem_guard_statement_start(void)
 
 	if (shared == NULL || my_slot == NULL || my_slot_pid != MyProcPid)
 		return false;
-	pg_read_barrier();
-	if (!shared->monitor.guard_engaged ||
-		pg_atomic_read_u64(&my_slot->guard_limit) == GM_NO_LIMIT)
-		return false;
-	/* A full barrier: the monitor reads the starts after it writes idle. */
+	/*
+	 * Every start is counted: a look that read this process before it (as
+	 * idle) then keeps its limit.  A full barrier: the monitor reads the
+	 * starts after it writes idle, this reads idle after the count.
+	 */
 	pg_atomic_fetch_add_u32(&my_slot->guard_starts, 1);
-	if (my_slot->guard_working)
+	if (!gm_shmem_guard_counts_idle())
 		return false;
 	latch = shared->monitor.guard_latch;
 	if (latch != NULL)

@@ -317,11 +317,13 @@ ok(defined $ch && abs($ch - ($mi{CommitLimit} - $mi{Committed_AS}) * 1024) < 102
 
 # glibc_malloc.memory_guard: off, cgroup (the default), machine.  The 1.6
 # boolean spellings still load from a configuration file: on, true, yes
-# and 1 are cgroup; off, false, no and 0 are off.  Under this 1000 MB
+# and 1 are cgroup; off, false, no and 0 are off; so are the prefixes
+# parse_bool read (t, f, y, n, of, ...).  Under this 1000 MB
 # cgroup at 10%, whatever the guard does it is not engaged.
 watch("$dir/ev2");
 my %spelling = (on => 'cgroup', true => 'cgroup', yes => 'cgroup', 1 => 'cgroup',
-	off => 'off', false => 'off', no => 'off', 0 => 'off', cgroup => 'cgroup', machine => 'machine', MACHINE => 'machine');
+	off => 'off', false => 'off', no => 'off', 0 => 'off', cgroup => 'cgroup', machine => 'machine', MACHINE => 'machine',
+	t => 'cgroup', Y => 'cgroup', f => 'off', of => 'off', n => 'off', fals => 'off');
 for my $v (sort keys %spelling)
 {
 	open my $fh, '>>', $node->data_dir . '/postgresql.conf' or die;
