@@ -381,6 +381,13 @@ gm_guard_wait_for_memory(int64 need)
 			gm_shmem_wait_count(GM_WAIT_TIMEOUTS, 1);
 	}
 	gm_shmem_wait_count(GM_WAIT_USEC, waited);
+
+	/*
+	 * While it waited, the guard counted it idle and limited it so: a
+	 * start again, which waits for the look that counts it working and
+	 * gives it its reservation, before the executor allocates.
+	 */
+	gm_guard_top_statement_start();
 	return Max(waited, 1);
 }
 
