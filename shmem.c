@@ -976,6 +976,39 @@ gm_shmem_slot_own_limit(int slotno)
 }
 
 /*
+ * One 64-bit field of the monitor's state at offset off, read under its
+ * change counter (no torn read on 32-bit), and whether the guard was
+ * engaged with a monitor running; -1 where no consistent read came.  No
+ * error, a bounded retry (emit_log_hook calls it).
+ */
+static int64
+monitor_read_int64(size_t off, bool *engaged)
+{
+	GmMonitorState *st = shared ? &shared->monitor : NULL;
+
+	if (engaged)
+		*engaged = false;
+	for (int i = 0; st != NULL && i < 1000; i++)
+	{
+		uint32		before = st->changecount;
+		int64		value;
+		bool		on;
+
+		pg_read_barrier();
+		value = *(const int64 *) ((const char *) st + off);
+		on = st->guard_engaged && st->pid != 0;
+		pg_read_barrier();
+		if (before == st->changecount && (before & 1) == 0)
+		{
+			if (engaged)
+				*engaged = on;
+			return value;
+		}
+	}
+	return -1;
+}
+
+/*
  * When the memory guard last had limits set (gm_monotonic_usec(); 0 =
  * never), read under the monitor's change counter (no torn 64-bit read on
  * 32-bit).  For emit_log_hook: no error, a bounded retry.
@@ -983,20 +1016,9 @@ gm_shmem_slot_own_limit(int slotno)
 int64
 gm_shmem_guard_engaged_at(void)
 {
-	GmMonitorState *st = shared ? &shared->monitor : NULL;
+	int64		at = monitor_read_int64(offsetof(GmMonitorState, guard_engaged_at), NULL);
 
-	for (int i = 0; st != NULL && i < 1000; i++)
-	{
-		uint32		before = st->changecount;
-		int64		at;
-
-		pg_read_barrier();
-		at = st->guard_engaged_at;
-		pg_read_barrier();
-		if (before == st->changecount && (before & 1) == 0)
-			return at;
-	}
-	return 0;
+	return at < 0 ? 0 : at;
 }
 
 /* Count an out-of-memory error under the module's limits (guard: the guard's). */
@@ -1244,22 +1266,10 @@ gm_shmem_wait_counts(int64 *counts)
 int64
 gm_shmem_guard_headroom(void)
 {
-	GmMonitorState *st = shared ? &shared->monitor : NULL;
+	bool		engaged;
+	int64		headroom = monitor_read_int64(offsetof(GmMonitorState, guard_headroom), &engaged);
 
-	for (int i = 0; st != NULL && i < 1000; i++)
-	{
-		uint32		before = st->changecount;
-		int64		headroom;
-		bool		engaged;
-
-		pg_read_barrier();
-		headroom = st->guard_headroom;
-		engaged = st->guard_engaged && st->pid != 0;
-		pg_read_barrier();
-		if (before == st->changecount && (before & 1) == 0)
-			return engaged ? headroom : -1;
-	}
-	return -1;
+	return engaged ? headroom : -1;
 }
 
 /*
@@ -1269,20 +1279,7 @@ gm_shmem_guard_headroom(void)
 int64
 gm_shmem_guard_limit(void)
 {
-	GmMonitorState *st = shared ? &shared->monitor : NULL;
-
-	for (int i = 0; st != NULL && i < 1000; i++)
-	{
-		uint32		before = st->changecount;
-		int64		limit;
-
-		pg_read_barrier();
-		limit = st->limit_bytes;
-		pg_read_barrier();
-		if (before == st->changecount && (before & 1) == 0)
-			return limit;
-	}
-	return -1;
+	return monitor_read_int64(offsetof(GmMonitorState, limit_bytes), NULL);
 }
 
 /*

@@ -55,21 +55,9 @@ cmp_ok($peak, '>=', 15 * $MB, 'the sort is about 20 MB');
 my @pool = map { $node->background_psql('postgres', on_error_stop => 0) } 1 .. $sessions;
 $_->query_safe("SET work_mem = '1GB'") for @pool;
 
-# Another process of the container (a sidecar) holds memory: it moves into
-# the cgroup first, then touches its bytes, so that they are charged there.
+# Other processes of the container (sidecars) hold memory.
 my @fillers;
-sub fill
-{
-	my ($bytes) = @_;
-	my ($in, $out) = ('', '');
-	my $h = IPC::Run::start([ 'perl', '-e', '$| = 1; print "pid $$\n"; my $n = <STDIN>; my @x; push @x, "a" x 1048576 for 1 .. $n / 1048576; print "ready\n"; sleep 600' ],
-		'<', \$in, '>', \$out, IPC::Run::timeout(900));
-	$h->pump until $out =~ /pid (\d+)/;
-	write_file("$cg/cgroup.procs", $1);
-	$in = int($bytes) . "\n";
-	$h->pump until $out =~ /ready/;
-	push @fillers, $h;
-}
+sub fill { push @fillers, start_filler($cg, $_[0]) }
 
 sub guard { [ split /\|/, $node->safe_psql('postgres', 'SELECT engaged, usage_bytes, target_bytes FROM glibc_malloc_guard') ] }
 

@@ -81,18 +81,7 @@ $sender->query_safe('SELECT 1');
 # Another process of the container holds memory: it moves into the cgroup
 # first, then touches its bytes, so that they are charged there.
 my @fillers;
-sub fill
-{
-	my ($bytes) = @_;
-	my ($in, $out) = ('', '');
-	my $h = IPC::Run::start([ 'perl', '-e', '$| = 1; print "pid $$\n"; my $n = <STDIN>; my @x; push @x, "a" x 1048576 for 1 .. $n / 1048576; print "ready\n"; sleep 600' ],
-		'<', \$in, '>', \$out, IPC::Run::timeout(900));
-	$h->pump until $out =~ /pid (\d+)/;
-	write_file("$cg/cgroup.procs", $1);
-	$in = int($bytes) . "\n";
-	$h->pump until $out =~ /ready/;
-	push @fillers, $h;
-}
+sub fill { push @fillers, start_filler($cg, $_[0]) }
 
 sub guard { [ split /\|/, $node->safe_psql('postgres', 'SELECT engaged, usage_bytes, target_bytes FROM glibc_malloc_guard') ] }
 

@@ -61,18 +61,7 @@ cmp_ok($peak, '>=', 30 * $MB, 'the sort is about 50 MB');
 # Another process of the container (a sidecar) holds memory: it moves into
 # the cgroup first, then touches its bytes, so that they are charged there.
 my @fillers;
-sub fill
-{
-	my ($bytes) = @_;
-	my ($in, $out) = ('', '');
-	my $h = IPC::Run::start([ 'perl', '-e', '$| = 1; print "pid $$\n"; my $n = <STDIN>; my @x; push @x, "a" x 1048576 for 1 .. $n / 1048576; print "ready\n"; sleep 900' ],
-		'<', \$in, '>', \$out, IPC::Run::timeout(1200));
-	$h->pump until $out =~ /pid (\d+)/;
-	write_file("$cg/cgroup.procs", $1);
-	$in = int($bytes) . "\n";
-	$h->pump until $out =~ /ready/;
-	push @fillers, $h;
-}
+sub fill { push @fillers, start_filler($cg, $_[0]) }
 
 sub guard
 {

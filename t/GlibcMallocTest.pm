@@ -17,7 +17,8 @@ use Time::HiRes qw(usleep);
 
 our @EXPORT = qw(new_node workload seed_sort_table seed_sort glibc_params glibc_var rss_anon
   count_syscalls settings_of parallel_option wait_for check_clean_server test_module
-  write_file test_cgroup_v1 enter_cgroup_v1 cgroup_v1_oom_kills wait_for_log_text);
+  write_file test_cgroup_v1 enter_cgroup_v1 cgroup_v1_oom_kills wait_for_log_text
+  start_filler);
 
 # A workload's SQL from bench/NAME.sql (shared with the benchmark and the
 # demo), without its final semicolon.
@@ -204,6 +205,22 @@ sub cgroup_v1_oom_kills
 {
 	my ($cg) = @_;
 	return (PostgreSQL::Test::Utils::slurp_file("$cg/memory.oom_control") =~ /oom_kill (\d+)/)[0] // 0;
+}
+
+# Another process of the container (a sidecar) that holds $bytes: it moves
+# into the cgroup $cg first, then touches its bytes, so that they are
+# charged there.  Returns its IPC::Run handle (kill_kill it at the end).
+sub start_filler
+{
+	my ($cg, $bytes) = @_;
+	my ($in, $out) = ('', '');
+	my $h = IPC::Run::start([ 'perl', '-e', '$| = 1; print "pid $$\n"; my $n = <STDIN>; my @x; push @x, "a" x 1048576 for 1 .. $n / 1048576; print "ready\n"; sleep 900' ],
+		'<', \$in, '>', \$out, IPC::Run::timeout(1200));
+	$h->pump until $out =~ /pid (\d+)/;
+	write_file("$cg/cgroup.procs", $1);
+	$in = int($bytes) . "\n";
+	$h->pump until $out =~ /ready/;
+	return $h;
 }
 
 # Poll $cond until it is true or $seconds pass; returns its last result.
