@@ -439,7 +439,10 @@ gm_ExecutorEnd(QueryDesc *queryDesc)
 	{
 		chain_ExecutorEnd(queryDesc);
 		if (nesting == 0)
+		{
 			gm_guard_wait_end();
+			gm_guard_top_statement_end();
+		}
 		return;
 	}
 	PG_TRY();
@@ -454,7 +457,10 @@ gm_ExecutorEnd(QueryDesc *queryDesc)
 	PG_END_TRY();
 	gm_statements_executor_ended(&end, false);
 	if (nesting == 0)
+	{
 		gm_guard_wait_end();
+		gm_guard_top_statement_end();
+	}
 }
 
 /* Count the nesting level around the executor's run, then chain. */
@@ -560,7 +566,10 @@ gm_xact_callback(XactEvent event, void *arg)
 	/* No statement runs any more: its reservation for memory ends. */
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
 		event == XACT_EVENT_PREPARE)
+	{
 		gm_guard_wait_end();
+		gm_guard_top_statement_end();
+	}
 	/* The error is handled; a worker's never raised again is forgotten. */
 	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
 	{
@@ -641,7 +650,10 @@ gm_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	 * reservation for memory ends here.  Not a PL/pgSQL block's (nested).
 	 */
 	if (event == SUBXACT_EVENT_ABORT_SUB && nesting == 0)
+	{
 		gm_guard_wait_end();
+		gm_guard_top_statement_end();
+	}
 }
 
 /*
@@ -655,9 +667,10 @@ gm_ProcessUtility(GM_PU_ARGS)
 {
 	GmUtilityMark mark;
 	bool		nests;
+	bool		top = nesting == 0;
 
 	oom_counted = false;
-	if (nesting == 0)
+	if (top)
 		gm_guard_top_statement_start();
 	gm_guard_apply();
 	nests = gm_statements_utility_start(pstmt, nesting, &mark);
@@ -680,6 +693,8 @@ gm_ProcessUtility(GM_PU_ARGS)
 	PG_END_TRY();
 	if (nests)
 		nesting--;
+	if (top)
+		gm_guard_top_statement_end();
 	gm_statements_utility_end(&mark);
 }
 

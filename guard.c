@@ -206,6 +206,13 @@ gm_guard_top_statement_start(void)
 	}
 }
 
+/* A top-level statement, or its transaction, ended: a flag in the slot. */
+void
+gm_guard_top_statement_end(void)
+{
+	gm_shmem_guard_statement_end();
+}
+
 /*
  * Whether this client backend may wait for memory before a top-level
  * statement: memory_wait on, the guard engaged, a slot, and a state where

@@ -159,15 +159,17 @@ gm_guard_measure(int64 limit, int64 usage, bool engaged)
 
 /*
  * Whether a process works, from what was read of it: a statement started
- * in it since the last look, or it does not wait for its client.  One that
- * waits does not, whatever it grew over the last window: its statement
- * ended (its next one sets started), and counted as working it would take
- * twice that growth from the budget before a statement that just started.
+ * in it since the last look, a top-level statement runs in it (a COPY FROM
+ * STDIN or a suspended portal waits for its client inside one), or it does
+ * not wait for its client.  One that waits between statements does not,
+ * whatever it grew over the last window: its statement ended (its next one
+ * sets started), and counted as working it would take twice that growth
+ * from the budget before a statement that just started.
  */
 static bool
 proc_works(const GmGuardProc *p)
 {
-	return p->started || !p->waits_for_client;
+	return p->started || p->in_statement || !p->waits_for_client;
 }
 
 /* qsort: smallest VmData first. */

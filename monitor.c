@@ -927,12 +927,14 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 		int64		vm;
 		uint32		starts;
 		bool		waits;
+		bool		in_statement;
 
 		if (!s->guarded || s->pid == 0)
 			continue;
 		c = &cands[ncand];
 		waits = gm_shmem_waits_for_client(s);
 		starts = gm_shmem_guard_starts(s->slot);
+		in_statement = gm_shmem_guard_in_statement(s->slot, s->pid);
 
 		/*
 		 * /proc/PID/status, twice, is most of a look's cost: read it again
@@ -944,7 +946,7 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 		 * its reserve meanwhile).
 		 */
 		g->reused = g->read_pid == s->pid && g->counted_idle && g->pid == s->pid &&
-			g->limit != GM_NO_LIMIT && waits && starts == g->starts &&
+			g->limit != GM_NO_LIMIT && waits && !in_statement && starts == g->starts &&
 			mono - g->read_at < (int64) GM_GUARD_REREAD_MS * 1000;
 		if (g->reused)
 		{
@@ -961,7 +963,7 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 			 * what it mapped but not resident off the budget): not read for
 			 * one that waits for its client and started nothing.
 			 */
-			if (!waits || starts != g->starts)
+			if (!waits || in_statement || starts != g->starts)
 			{
 				if ((c->rss = gm_proc_status_bytes(s->pid, "RssAnon:")) < 0)
 					continue;	/* gone meanwhile */
@@ -1001,11 +1003,13 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 		c->waits_for_client = waits;
 		/* A statement started since the last look: working at once. */
 		c->started = starts != g->starts;
+		c->in_statement = in_statement;
 		g->starts = starts;
 		/* Waiting for memory (memory_wait): idle until admitted. */
 		if (gm_shmem_waits_for_memory(s->slot, s->pid))
 		{
 			c->started = false;
+			c->in_statement = false;
 			c->waits_for_client = true;
 		}
 		c->reserved = gm_shmem_wait_reserved(s->slot, s->pid, vm);

@@ -125,6 +125,8 @@ typedef struct GmSlot
 	 */
 	bool		guard_working;
 	pg_atomic_uint32 guard_starts;
+	/* a top-level statement runs (the owner writes it, at start and end) */
+	bool		guard_in_statement;
 
 	/*
 	 * A statement waiting for memory, or admitted with a reservation
@@ -328,6 +330,7 @@ claim_slot(void)
 	}
 	pg_atomic_write_u32(&slot->worker_limit_oom, 0);
 	slot->guard_working = false;
+	slot->guard_in_statement = false;
 	slot->wait.state = GM_WAIT_NONE;	/* a crashed predecessor's: none survive */
 	slot->changecount++;
 	pg_write_barrier();
@@ -917,6 +920,7 @@ gm_shmem_guard_statement_start(void)
 
 	if (shared == NULL || my_slot == NULL || my_slot_pid != MyProcPid)
 		return false;
+	my_slot->guard_in_statement = true;
 	/*
 	 * Every start is counted: a look that read this process before it (as
 	 * idle) then keeps its limit.  A full barrier: the monitor reads the
@@ -943,6 +947,30 @@ gm_shmem_guard_counts_idle(void)
 	pg_read_barrier();
 	return shared->monitor.guard_engaged && !my_slot->guard_working &&
 		pg_atomic_read_u64(&my_slot->guard_limit) != GM_NO_LIMIT;
+}
+
+/*
+ * This process's top-level statement ended (or its transaction did): it
+ * runs none until the next start.
+ */
+void
+gm_shmem_guard_statement_end(void)
+{
+	if (shared != NULL && my_slot != NULL && my_slot_pid == MyProcPid)
+		my_slot->guard_in_statement = false;
+}
+
+/*
+ * The monitor: whether process pid, in slot slotno, runs a top-level
+ * statement (a COPY FROM STDIN or a suspended portal waits for its client
+ * inside one).
+ */
+bool
+gm_shmem_guard_in_statement(int slotno, int pid)
+{
+	GmSlot	   *slot = &shared->slots[slotno];
+
+	return slot->snap.pid == pid && slot->guard_in_statement;
 }
 
 /* The monitor: the count of statement starts in slot slotno. */

@@ -99,6 +99,31 @@ for my $q (1 .. $queries)
 	}
 	$s->{stderr} = '';
 }
+# A COPY FROM STDIN waits for its client inside its statement: a row of
+# 6 MB sent in pieces over 3 s grows its line buffer to 8 MB and more (the
+# row, its attribute buffer), look after look in which it waits for the
+# client.  It counts as working: before, after its start's look it counted
+# as idle (waiting for its client) and got an idle share, and the growth
+# got "out of memory".
+$node->safe_psql('postgres', 'CREATE TABLE copied (t text); ALTER TABLE copied ALTER t SET STORAGE EXTERNAL');
+wait_for(sub { my $g = guard(); $g->[2] - $g->[1] >= 2 * $peak }, 10);
+my ($copy_in, $copy_out, $copy_err) = ('', '', '');
+my $copy = IPC::Run::start([ 'psql', '-X', '-q', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('postgres'), '-c', 'COPY copied FROM STDIN' ],
+	'<', \$copy_in, '>', \$copy_out, '2>', \$copy_err, IPC::Run::timeout(300));
+for (1 .. 60)
+{
+	$copy_in .= 'x' x 100_000;
+	$copy->pump while length $copy_in;
+	sleep 0.05;
+}
+$copy_in .= "\n";
+$copy->pump while length $copy_in;
+$copy->finish;
+my $copy_status = $? >> 8;
+diag "COPY FROM STDIN of a 6 MB row: exit $copy_status $copy_err" if $copy_status;
+is($copy_status, 0, 'a COPY FROM STDIN growing while it waits for its client completes');
+is($node->safe_psql('postgres', 'SELECT count(*), max(length(t)) FROM copied'), '1|6000000', 'its row is in');
+
 diag "headroom at each start (MB): @headrooms";
 diag "$queries sorts in previously idle sessions: $completed completed, $failed out of memory";
 my $engaged = guard()->[0];

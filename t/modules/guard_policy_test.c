@@ -162,7 +162,8 @@ main(void)
 
 	/*
 	 * Who works: a statement started since the last look, or runs now; not
-	 * one that waits for its client, whatever it grew in the window.
+	 * one that waits for its client between statements, whatever it grew in
+	 * the window.
 	 */
 	in.usage = 700 * MB;
 	procs[0] = proc(1, 20 * MB, 0, false, false);
@@ -175,6 +176,11 @@ main(void)
 	ok(find(procs, 5, 2)->working, "a statement started since the last look: working, even if it ended");
 	ok(!find(procs, 5, 3)->working, "waiting for its client, though it grew 2 MB in the window: not working");
 	ok(!find(procs, 5, 4)->working && !find(procs, 5, 5)->working, "waiting for its client, not growing: not working");
+	/* A COPY FROM STDIN (or a suspended portal) waits for its client inside its statement. */
+	procs[0] = proc(1, 20 * MB, 0, true, false);
+	procs[0].in_statement = true;
+	gm_guard_policy(&in, procs, 1, &d);
+	ok(procs[0].working, "waiting for its client inside a top-level statement (COPY FROM STDIN): working");
 
 	/* Nobody works: those not working share all of the budget. */
 	procs[0] = proc(1, 20 * MB, 0, true, false);
@@ -341,6 +347,7 @@ main(void)
 				bool		started = rnd() % 10 == 0;
 
 				procs[i] = proc(i + 1, vm, growth, waits, started);
+				procs[i].in_statement = waits && rnd() % 5 == 0;
 				procs[i].rss = vm - (int64) (rnd() % 5) * MB;
 			}
 			gm_guard_policy(&in, procs, np, &d);
@@ -350,7 +357,7 @@ main(void)
 			for (int i = 0; i < np; i++)
 			{
 				GmGuardProc *p = &procs[i];
-				bool		works = p->started || !p->waits_for_client;
+				bool		works = p->started || p->in_statement || !p->waits_for_client;
 
 				sum += p->allow;
 				if (p->limit <= p->vmdata || p->limit != p->vmdata + p->allow + d.reserve)
