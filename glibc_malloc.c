@@ -483,6 +483,14 @@ gm_ExecutorRun(GM_ER_ARGS)
 	}
 	PG_END_TRY();
 	nesting--;
+
+	/*
+	 * A top-level portal that returned all the rows asked for may be
+	 * suspended: its client fetches the rest later, inside it.
+	 */
+	if (nesting == 0)
+		gm_guard_reads_client(count > 0 && queryDesc->estate != NULL &&
+							  queryDesc->estate->es_processed >= count);
 }
 
 /* The same around ExecutorFinish (AFTER triggers). */
@@ -671,7 +679,14 @@ gm_ProcessUtility(GM_PU_ARGS)
 
 	oom_counted = false;
 	if (top)
+	{
 		gm_guard_top_statement_start();
+		/* COPY FROM STDIN reads its rows from the client inside itself. */
+		if (IsA(pstmt->utilityStmt, CopyStmt) &&
+			((CopyStmt *) pstmt->utilityStmt)->is_from &&
+			((CopyStmt *) pstmt->utilityStmt)->filename == NULL)
+			gm_guard_reads_client(true);
+	}
 	gm_guard_apply();
 	nests = gm_statements_utility_start(pstmt, nesting, &mark);
 	if (nests)
@@ -687,6 +702,8 @@ gm_ProcessUtility(GM_PU_ARGS)
 	{
 		if (nests)
 			nesting--;
+		if (top)
+			gm_guard_top_statement_end();
 		caught_error();
 		PG_RE_THROW();
 	}

@@ -338,7 +338,7 @@ extern int64 gm_shmem_slot_own_limit(int slotno);
 extern bool gm_shmem_guard_statement_start(void);
 extern bool gm_shmem_guard_counts_idle(void);
 extern uint32 gm_shmem_guard_starts(int slotno);
-extern void gm_shmem_guard_statement_end(void);
+extern void gm_shmem_guard_reads_client(bool on);
 extern bool gm_shmem_guard_in_statement(int slotno, int pid);
 extern void gm_shmem_set_guard_working(int slotno, int pid, bool working);
 extern int64 gm_shmem_guard_engaged_at(void);
@@ -425,9 +425,9 @@ typedef struct GmGuardProc
 	int64		grown;			/* and since the current window began */
 	bool		waits_for_client;	/* idle, or idle in a transaction */
 	bool		started;		/* a statement started since the last look */
-	bool		in_statement;	/* a top-level statement runs (also while
-								 * it waits for its client: COPY FROM
-								 * STDIN, a suspended portal) */
+	bool		in_statement;	/* it waits for its client inside a
+								 * top-level statement (COPY FROM STDIN,
+								 * a suspended portal) */
 	int64		cur_limit;		/* the guard's limit now; GM_NO_LIMIT = none */
 	int64		reserved;		/* an admitted statement's reservation not
 								 * mapped yet (memory_wait); 0 = none */
@@ -486,6 +486,7 @@ extern void gm_guard_apply(void);
 extern void gm_guard_statement_start(void);
 extern void gm_guard_top_statement_start(void);
 extern void gm_guard_top_statement_end(void);
+extern void gm_guard_reads_client(bool on);
 extern bool gm_guard_may_wait(void);
 extern int64 gm_guard_wait_for_memory(int64 need);
 extern void gm_guard_wait_end(void);

@@ -210,7 +210,18 @@ gm_guard_top_statement_start(void)
 void
 gm_guard_top_statement_end(void)
 {
-	gm_shmem_guard_statement_end();
+	gm_shmem_guard_reads_client(false);
+}
+
+/*
+ * Whether the top-level statement waits for its client inside itself (a
+ * COPY FROM STDIN, a portal that may be suspended): it counts as working
+ * then, though its wait event says ClientRead.
+ */
+void
+gm_guard_reads_client(bool on)
+{
+	gm_shmem_guard_reads_client(on);
 }
 
 /*

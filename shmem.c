@@ -125,7 +125,7 @@ typedef struct GmSlot
 	 */
 	bool		guard_working;
 	pg_atomic_uint32 guard_starts;
-	/* a top-level statement runs (the owner writes it, at start and end) */
+	/* its top-level statement waits for its client inside itself (the owner writes it) */
 	bool		guard_in_statement;
 
 	/*
@@ -920,7 +920,6 @@ gm_shmem_guard_statement_start(void)
 
 	if (shared == NULL || my_slot == NULL || my_slot_pid != MyProcPid)
 		return false;
-	my_slot->guard_in_statement = true;
 	/*
 	 * Every start is counted: a look that read this process before it (as
 	 * idle) then keeps its limit.  A full barrier: the monitor reads the
@@ -950,14 +949,15 @@ gm_shmem_guard_counts_idle(void)
 }
 
 /*
- * This process's top-level statement ended (or its transaction did): it
- * runs none until the next start.
+ * Whether this process's top-level statement waits for its client inside
+ * itself (on: a COPY FROM STDIN, a portal that may be suspended; off at its
+ * end and its transaction's).
  */
 void
-gm_shmem_guard_statement_end(void)
+gm_shmem_guard_reads_client(bool on)
 {
 	if (shared != NULL && my_slot != NULL && my_slot_pid == MyProcPid)
-		my_slot->guard_in_statement = false;
+		my_slot->guard_in_statement = on;
 }
 
 /*
