@@ -363,7 +363,7 @@ caught_error(void)
 
 /*
  * A top-level statement starts: the last one's reservation ends; while the
- * memory guard is engaged, a query with a recorded executor peak waits
+ * memory guard acts on a limit, a query with a recorded executor peak waits
  * until it fits (glibc_malloc.memory_wait), its time waited recorded.
  */
 static void

@@ -238,7 +238,8 @@ typedef struct GmMonitorState
 	bool		guard_engaged;	/* limits are set */
 	int64		guard_engaged_at;	/* gm_monotonic_usec() of the last tick
 									 * with limits set; 0 = never */
-	int64		guard_headroom; /* bytes the guarded may still add; -1 */
+	int64		guard_headroom; /* bytes up to the guard's target, engaged
+								 * or not; -1 = the guard does not act */
 	int			guard_limited;	/* processes with a guard limit now */
 	int64		guard_rounds;	/* ticks that lowered a limit */
 	int64		guard_lowered;	/* limits lowered */
@@ -363,6 +364,7 @@ extern void gm_shmem_wait_unlock(void);
 extern void gm_shmem_wait_enqueue(int64 need, int64 patience_ms, int64 now);
 extern int	gm_shmem_wait_collect(struct GmAdmitWaiter *w, int max, int64 now, int64 *outstanding);
 extern void gm_shmem_wait_admit(const struct GmAdmitWaiter *w, int n);
+extern void gm_shmem_wait_note_look(void);
 extern bool gm_shmem_wait_admitted(void);
 extern void gm_shmem_wait_leave(void);
 extern void gm_shmem_wait_count(GmWaitCount kind, int64 n);
@@ -431,6 +433,8 @@ typedef struct GmGuardProc
 	int64		cur_limit;		/* the guard's limit now; GM_NO_LIMIT = none */
 	int64		reserved;		/* an admitted statement's reservation not
 								 * mapped yet (memory_wait); 0 = none */
+	uint64		since;			/* when its current work began, in the
+								 * caller's order (smaller = earlier) */
 	/* the decision */
 	bool		working;
 	int64		allow;			/* it may map this much more, from the budget */

@@ -33,8 +33,9 @@
  *
  * Which processes: gm_guarded_process() (settings.c).
  *
- * glibc_malloc.memory_wait: while the guard is engaged, a top-level
- * statement of a client backend whose query has a recorded executor peak
+ * glibc_malloc.memory_wait: while the guard acts on a limit (engaged or
+ * not: a burst from a calm server is admitted as it fits, not all at
+ * once), a top-level statement of a client backend whose query has a recorded executor peak
  * (glibc_malloc_statements) waits, up to memory_wait, until that peak fits
  * the headroom left after what the statements admitted before are still
  * expected to take; admitted, it reserves its peak in shared memory (the
@@ -226,14 +227,14 @@ gm_guard_reads_client(bool on)
 
 /*
  * Whether this client backend may wait for memory before a top-level
- * statement: memory_wait on, the guard engaged, a slot, and a state where
+ * statement: memory_wait on, the guard acting on a limit, a slot, and a state where
  * waiting is safe (interrupts served, no critical section).  A flag test
  * or two when not.
  */
 bool
 gm_guard_may_wait(void)
 {
-	return memory_wait > 0 && gm_shmem_guard_engaged() &&
+	return memory_wait > 0 && gm_shmem_guard_headroom() >= 0 &&
 		MyBackendType == B_BACKEND && !IsParallelWorker() &&
 		CritSectionCount == 0 && InterruptHoldoffCount == 0 &&
 		gm_shmem_wait_ready() && gm_guarded_process();
@@ -429,8 +430,8 @@ wait_loop(int64 start, bool *timed_out)
 			*timed_out = true;
 			break;
 		}
-		if (!gm_shmem_guard_engaged())
-			break;
+		if (gm_shmem_guard_headroom() < 0)
+			break;				/* the guard let go: off, or no limit */
 		/* At once, then about once a second: pg_blocking_pids takes locks. */
 		if (now >= next_lock_check)
 		{
@@ -612,7 +613,7 @@ gm_guard_define_gucs(void)
 	 * the guard's limits protect the server either way.
 	 */
 	DefineCustomIntVariable("glibc_malloc.memory_wait",
-							"While the memory guard is engaged, a query whose recorded memory peak does not fit waits up to this long for memory (0: run at once).",
+							"While the memory guard acts on a limit, a query whose recorded memory peak does not fit the room left waits up to this long for memory (0: run at once).",
 							"Only top-level statements of queries in glibc_malloc_statements (glibc_malloc.track_statements). A waiter another session waits for gives up at once with an error; a wait that runs out runs the query.",
 							&memory_wait,
 							30000, 0, 3600 * 1000,

@@ -29,11 +29,14 @@
  * they share all of it (rounded down to GM_GUARD_GRAIN, so that a usage
  * that moves a little does not change every idle limit: with a thousand
  * backends that was a thousand prlimit calls per look).  Working processes
- * share the rest, the smallest
+ * share the rest in the order their work began (since), the earliest
  * first: each in turn may map twice its last window's growth while the
- * budget lasts; what is left goes half to the smallest, a quarter to the
- * next, and so on, the largest getting the remainder (all of it when it
- * works alone).  What one class does not take goes to the other.
+ * budget lasts; what is left goes half to the earliest, a quarter to the
+ * next, and so on, the latest getting the remainder (all of it when it
+ * works alone).  What one class does not take goes to the other.  So in a
+ * burst of statements that do not all fit, the first ones complete and the
+ * last ones get the ERROR early, before they hold much (served smallest
+ * first, all would grow together and most fail near the target).
  *
  * A statement admitted after waiting for memory (memory_wait) gets what
  * it reserved and has not mapped yet before anybody gets anything: the
@@ -172,19 +175,21 @@ proc_works(const GmGuardProc *p)
 	return p->started || p->in_statement || !p->waits_for_client;
 }
 
-/* qsort: smallest VmData first. */
+/* qsort: the earliest work first (ties: the larger VmData first). */
 static int
-cmp_vmdata_asc(const void *a, const void *b)
+cmp_since_asc(const void *a, const void *b)
 {
-	int64		x = ((const GmGuardProc *) a)->vmdata;
-	int64		y = ((const GmGuardProc *) b)->vmdata;
+	const GmGuardProc *x = (const GmGuardProc *) a;
+	const GmGuardProc *y = (const GmGuardProc *) b;
 
-	return (x > y) - (x < y);
+	if (x->since != y->since)
+		return (x->since > y->since) - (x->since < y->since);
+	return (x->vmdata < y->vmdata) - (x->vmdata > y->vmdata);
 }
 
 /*
  * The policy: sets each process's decision fields (working, allow, reserve,
- * limit, set, lowered) and out.  Sorts procs by VmData.  With the guard not
+ * limit, set, lowered) and out.  Sorts procs by since.  With the guard not
  * engaged after this look, every limit is GM_NO_LIMIT.
  */
 void
@@ -244,7 +249,7 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 	}
 	out->reserve = reserve;
 
-	qsort(procs, n, sizeof(GmGuardProc), cmp_vmdata_asc);
+	qsort(procs, n, sizeof(GmGuardProc), cmp_since_asc);
 	nidle = n - nworking;
 
 	/* Admitted statements first: what they reserved and have not mapped. */
@@ -281,7 +286,7 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 			budget -= more;
 		}
 	}
-	/* Working processes, smallest first: twice their last growth ... */
+	/* Working processes, the earliest first: twice their last growth ... */
 	for (int i = 0; i < n; i++)
 	{
 		GmGuardProc *p = &procs[i];
@@ -295,7 +300,7 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 		p->allow += more;
 		budget -= more;
 	}
-	/* ... then half of what is left, a quarter, ...; the largest the rest. */
+	/* ... then half of what is left, a quarter, ...; the latest the rest. */
 	for (int i = 0, seen = 0; i < n; i++)
 	{
 		if (!procs[i].working)

@@ -192,12 +192,15 @@ typedef struct GmGuarded
 	int64		read_vmdata;
 	int64		read_rss;
 	bool		counted_idle;	/* the last look counted it as not working */
+	int			since_pid;		/* the process since is of; 0 = none */
+	uint64		since;			/* the look its current work began at */
 	bool		reused;			/* this look reused the last reading */
 } GmGuarded;
 
 static GmGuarded *guarded = NULL;
 static GmGuardProc *cands = NULL;
 static bool guard_engaged = false;
+static uint64 guard_looks = 0;	/* candidates numbered, in the order seen */
 static int64 guard_last_log = 0;	/* monotonic */
 static int	guard_quiet_rounds = 0;	/* tightening rounds not logged yet */
 static bool guard_shrunk_logged = false;	/* this episode's shrunk reserve */
@@ -915,6 +918,10 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 				b2[32],
 				b3[32];
 
+	/* What the admitted statements grew, as of the usage just read. */
+	if (active)
+		gm_shmem_wait_note_look();
+
 	/*
 	 * The candidates, with their VmData now: also in the last stretch
 	 * before engaging, so that the first engaged look knows who is growing.
@@ -1005,6 +1012,18 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 		c->started = starts != g->starts;
 		c->in_statement = in_statement;
 		g->starts = starts;
+
+		/*
+		 * When its current work began: a new statement, or a process the
+		 * last look counted as idle, is numbered anew; a statement that
+		 * goes on keeps its number (the policy serves the earliest first).
+		 */
+		if (g->since_pid != s->pid || c->started || g->counted_idle)
+		{
+			g->since_pid = s->pid;
+			g->since = ++guard_looks;
+		}
+		c->since = g->since;
 		/* Waiting for memory (memory_wait): idle until admitted. */
 		if (gm_shmem_waits_for_memory(s->slot, s->pid))
 		{
@@ -1191,7 +1210,14 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 	st->guard_engaged = guard_engaged;
 	if (guard_engaged)
 		st->guard_engaged_at = mono;
-	st->guard_headroom = d.headroom;
+	/*
+	 * The room up to the target, engaged or not: the admission of
+	 * statements that wait for memory (memory_wait) counts on it from
+	 * before the guard engages, so that a burst from a calm server is
+	 * admitted as it fits rather than all at once.
+	 */
+	st->guard_headroom = d.headroom >= 0 ? d.headroom :
+		active ? Max(d.levels.target - l->usage, 0) : -1;
 	st->guard_limited = guard_engaged ? limited : 0;
 	st->guard_reserve = guard_engaged ? d.reserve : -1;
 	st->guard_reserve_shrunk = guard_engaged && d.reserve_shrunk;
@@ -1351,6 +1377,7 @@ monitor_exit(int code, Datum arg)
 	pg_write_barrier();
 	st->pid = 0;
 	st->guard_engaged = false;
+	st->guard_headroom = -1;
 	st->guard_latch = NULL;
 	pg_write_barrier();
 	st->changecount++;

@@ -83,6 +83,10 @@ typedef struct GmWaitSlot
 	int64		since;			/* gm_monotonic_usec() it queued */
 	int64		patience_ms;	/* its memory_wait */
 	int64		base_vmdata;	/* ADMITTED: VmData when admitted; -1 = unknown */
+	int64		look_vmdata;	/* ADMITTED: VmData at the monitor's last look
+								 * since; -1 = none yet */
+	int64		look_gap;		/* and VmData less RssAnon then: mapped, not
+								 * touched yet */
 	struct Latch *latch;
 } GmWaitSlot;
 
@@ -1149,6 +1153,8 @@ gm_shmem_wait_enqueue(int64 need, int64 patience_ms, int64 now)
 	w->since = now;
 	w->patience_ms = patience_ms;
 	w->base_vmdata = -1;
+	w->look_vmdata = -1;
+	w->look_gap = 0;
 	w->latch = MyLatch;
 }
 
@@ -1169,8 +1175,14 @@ waits_for_client(int slotno, int pid)
 /*
  * Under the lock: the waiters into w (at most max; id is the slot) and
  * the bytes the admitted statements are still expected to take: each its
- * reservation less what its process grew since its admission.  One whose
- * growth passed its reservation, or whose process is gone, ends here.
+ * reservation less what its process had grown since its admission at the
+ * monitor's last look, the look the headroom is of (growth since is in
+ * neither: counted with a live VmData against an older headroom, it was
+ * counted as room twice, and a burst was admitted past what fits), plus
+ * what it had mapped and not touched then (the guard's budget leaves that
+ * out of the headroom too: it becomes resident without a new mapping).  One
+ * whose growth passed its reservation, or whose process left its slot,
+ * ends here.  No /proc read under the lock.
  */
 int
 gm_shmem_wait_collect(GmAdmitWaiter *w, int max, int64 now, int64 *outstanding)
@@ -1184,14 +1196,14 @@ gm_shmem_wait_collect(GmAdmitWaiter *w, int max, int64 now, int64 *outstanding)
 
 		if (ws->state == GM_WAIT_ADMITTED)
 		{
-			int64		vm = ws->pid == shared->slots[i].snap.pid ?
-				gm_proc_status_bytes(ws->pid, "VmData:") : -1;
-			int64		grown = ws->base_vmdata >= 0 && vm >= 0 ? vm - ws->base_vmdata : 0;
+			int64		grown = ws->base_vmdata >= 0 && ws->look_vmdata >= 0 ?
+				ws->look_vmdata - ws->base_vmdata : 0;
 
-			if (vm < 0 || grown >= ws->need || waits_for_client(i, ws->pid))
+			if (ws->pid != shared->slots[i].snap.pid || grown >= ws->need ||
+				waits_for_client(i, ws->pid))
 				ws->state = GM_WAIT_NONE;
 			else
-				*outstanding += ws->need - Max(grown, 0);
+				*outstanding += ws->need - Max(grown, 0) + ws->look_gap;
 		}
 		else if (ws->state == GM_WAIT_WAITING && n < max)
 		{
@@ -1226,9 +1238,46 @@ gm_shmem_wait_admit(const GmAdmitWaiter *w, int n)
 		ws->state = GM_WAIT_ADMITTED;
 		ws->base_vmdata = ws->pid == MyProcPid ? gm_proc_status_bytes(0, "VmData:") :
 			gm_proc_status_bytes(ws->pid, "VmData:");
+		ws->look_vmdata = -1;
+		ws->look_gap = 0;
 		pg_atomic_fetch_add_u64(&shared->wait_counts[GM_WAIT_ADMISSIONS], 1);
 		if (ws->pid != MyProcPid && ws->latch != NULL)
 			SetLatch(ws->latch);
+	}
+}
+
+/*
+ * The monitor, at each look, with the usage it just read: the VmData and
+ * RssAnon of each process admitted for a statement (memory_wait), which
+ * the admission counts its growth and its untouched mappings by until the
+ * next look.  Read without the lock, kept
+ * under it for the same admission.
+ */
+void
+gm_shmem_wait_note_look(void)
+{
+	if (shared == NULL)
+		return;
+	for (int i = 0; i < shared->nslots; i++)
+	{
+		GmWaitSlot *ws = &shared->slots[i].wait;
+		int			pid = ws->pid;
+		uint64		arrival = ws->arrival;
+		int64		vm;
+		int64		rss;
+
+		if (ws->state != GM_WAIT_ADMITTED || pid == 0)
+			continue;
+		if ((vm = gm_proc_status_bytes(pid, "VmData:")) < 0 ||
+			(rss = gm_proc_status_bytes(pid, "RssAnon:")) < 0)
+			continue;
+		LWLockAcquire(shared->wait_lock, LW_EXCLUSIVE);
+		if (ws->state == GM_WAIT_ADMITTED && ws->pid == pid && ws->arrival == arrival)
+		{
+			ws->look_vmdata = vm;
+			ws->look_gap = Max(vm - rss, 0);
+		}
+		LWLockRelease(shared->wait_lock);
 	}
 }
 
@@ -1288,16 +1337,16 @@ gm_shmem_wait_counts(int64 *counts)
 }
 
 /*
- * The memory guard's headroom at its last look (bytes; -1 = not engaged or
- * unknown), read under the monitor's change counter.
+ * The room up to the memory guard's target at the monitor's last look,
+ * engaged or not (bytes; -1 = the guard does not act: off, no limit it
+ * covers, no monitor), read under the monitor's change counter.
  */
 int64
 gm_shmem_guard_headroom(void)
 {
-	bool		engaged;
-	int64		headroom = monitor_read_int64(offsetof(GmMonitorState, guard_headroom), &engaged);
-
-	return engaged ? headroom : -1;
+	if (shared == NULL || shared->monitor.pid == 0)
+		return -1;
+	return monitor_read_int64(offsetof(GmMonitorState, guard_headroom), NULL);
 }
 
 /*

@@ -140,14 +140,43 @@ main(void)
 	ok(find(procs, 2, 1)->allow == 0 && find(procs, 2, 2)->allow == 0, "nobody may map more from the budget");
 	ok(find(procs, 2, 2)->limit == 10 * MB + 4 * MB, "but an idle backend's limit never sits at its VmData: the reserve");
 
-	/* Several working: smallest first, the largest gets what is left. */
+	/* Several working: the earliest first, the latest gets what is left. */
 	in.usage = 600 * MB;
 	procs[0] = proc(1, 50 * MB, GM_GROWTH_UNKNOWN, false, false);
+	procs[0].since = 30;
 	procs[1] = proc(2, 100 * MB, GM_GROWTH_UNKNOWN, false, false);
+	procs[1].since = 20;
 	procs[2] = proc(3, 200 * MB, GM_GROWTH_UNKNOWN, false, false);
+	procs[2].since = 10;
 	gm_guard_policy(&in, procs, 3, &d);
-	ok(find(procs, 3, 1)->allow == 68 * MB && find(procs, 3, 2)->allow == 34 * MB &&
-	   find(procs, 3, 3)->allow == 34 * MB, "136 MB: half to the smallest, a quarter to the next, the rest to the largest");
+	ok(find(procs, 3, 3)->allow == 68 * MB && find(procs, 3, 2)->allow == 34 * MB &&
+	   find(procs, 3, 1)->allow == 34 * MB, "136 MB: half to the earliest, a quarter to the next, the rest to the latest, whatever their size");
+
+	/*
+	 * Twice the growth, in the order the work began: 8 sorts each grew 10
+	 * MB over the last window, 100 MB of budget: the first five get their
+	 * 20 MB, the last three nothing but their reserve (their next
+	 * allocation fails, early).
+	 */
+	in.usage = 636 * MB;
+	for (int i = 0; i < 8; i++)
+	{
+		procs[i] = proc(i + 1, 40 * MB, 10 * MB, false, false);
+		procs[i].since = 100 - i;	/* pid 8 began first */
+	}
+	gm_guard_policy(&in, procs, 8, &d);
+	ok(d.budget == 100 * MB, "8 sorts at 636 of 800 MB: a budget of 100 MB");
+	{
+		bool		first = true;
+		bool		last = true;
+
+		for (int pid = 8; pid >= 4; pid--)
+			first = first && find(procs, 8, pid)->allow == 20 * MB;
+		for (int pid = 3; pid >= 1; pid--)
+			last = last && find(procs, 8, pid)->allow == 0;
+		ok(first, "the five that began first may map twice their growth");
+		ok(last && find(procs, 8, 1)->limit == 44 * MB, "the three that began last: their VmData and the reserve");
+	}
 
 	/* A small raise waits while the limit leaves room; a lowering never does. */
 	in.usage = 700 * MB;
@@ -377,9 +406,8 @@ main(void)
 	}
 
 	/*
-	 * An admitted statement's reservation comes first: a newcomer with a
-	 * small VmData that starts working does not take it (the halving gives
-	 * the smallest half of what is left).
+	 * An admitted statement's reservation comes first: a newcomer that
+	 * starts working does not take it.
 	 */
 	{
 		GmGuardProc pr[3];
@@ -392,7 +420,9 @@ main(void)
 		in.engaged = true;
 		pr[0] = proc(1, 70 * MB, 0, false, false);	/* admitted, mapped 10 of 80 */
 		pr[0].reserved = 70 * MB;
+		pr[0].since = 1;
 		pr[1] = proc(2, 8 * MB, GM_GROWTH_UNKNOWN, false, true);	/* a newcomer */
+		pr[1].since = 2;
 		pr[2] = proc(3, 8 * MB, 0, true, false);	/* idle */
 		gm_guard_policy(&in, pr, 3, &d);
 		a = find(pr, 3, 1);
@@ -413,6 +443,75 @@ main(void)
 			sum += pr[i].allow;
 		ok(find(pr, 3, 1)->allow == d.budget && sum == d.budget,
 		   "a reservation larger than the budget gets the budget, no more");
+	}
+
+	/*
+	 * A burst, look after look: 8 sorts of 60 MB start at once where 2.5
+	 * fit (150 MB of headroom: 586 of 800 MB used by others), each growing
+	 * 4 to 6 MB per look while its limit lets it.  One whose next step
+	 * passes its limit gets the ERROR and frees what it holds; one that
+	 * reaches 60 MB completes and frees it.  At least 2 complete, and the
+	 * usage never passes the target.
+	 */
+	{
+		GmGuardProc pr[8];
+		int64		vm[8];
+		int64		grew[8];
+		bool		active[8];
+		int			completed = 0;
+		int			failed = 0;
+		bool		over = false;
+
+		for (int i = 0; i < 8; i++)
+		{
+			vm[i] = 3 * MB + i * 64 * 1024;
+			grew[i] = GM_GROWTH_UNKNOWN;
+			active[i] = true;
+		}
+		for (int look = 0; look < 400 && completed + failed < 8; look++)
+		{
+			int64		used = 586 * MB;
+
+			for (int i = 0; i < 8; i++)
+				used += vm[i] - 3 * MB;
+			over = over || used > 736 * MB;
+			memset(&in, 0, sizeof(in));
+			in.limit = 800 * MB;
+			in.usage = used;
+			in.engaged = true;
+			for (int i = 0; i < 8; i++)
+			{
+				pr[i] = proc(i + 1, vm[i], grew[i], !active[i], look == 0);
+				pr[i].since = i + 1;
+			}
+			gm_guard_policy(&in, pr, 8, &d);
+			for (int i = 0; i < 8; i++)
+			{
+				GmGuardProc *p = find(pr, 8, i + 1);
+				int64		step = (4 + (i + look) % 3) * MB;
+
+				if (!active[i])
+					continue;
+				if (vm[i] + step > p->limit)
+				{
+					active[i] = false;	/* out of memory: it frees all */
+					vm[i] = 3 * MB;
+					grew[i] = 0;
+					failed++;
+				}
+				else if ((vm[i] += step) >= 63 * MB)
+				{
+					active[i] = false;
+					vm[i] = 3 * MB;
+					grew[i] = 0;
+					completed++;
+				}
+				else
+					grew[i] = step;
+			}
+		}
+		ok(completed >= 2, "a burst of 8 where 2.5 fit: at least 2 complete");
+		ok(!over, "and the usage stays under the target");
 	}
 
 	/* The admission of statements waiting for memory (memory_wait). */
