@@ -21,7 +21,9 @@
 # statement runs in them afterwards).  The same NOTIFY and DDL loop then
 # delivers into them and makes them catch up with the catalog at their idle
 # point: every notification arrives, no FATAL ("protocol synchronization
-# was lost").
+# was lost").  Then they are stopped while 1000 DDLs overflow the
+# invalidation queue, and continued: each processes a sinval reset (it
+# discards and rebuilds its catalog caches) at its idle point, no FATAL.
 #
 # Needs a cgroup v1 memory directory writable by the test's user, named by
 # GM_TEST_CGROUP_V1.  The measurements are printed (diag), passing or not.
@@ -66,7 +68,8 @@ my @ts = map { $node->background_psql('postgres', on_error_stop => 0) } 1 .. $tr
 my @tpids;
 for my $s (@ts)
 {
-	$s->query_safe("SET glibc_malloc.preset = greedy; SET work_mem = '1GB'");
+	# DEBUG4 logs "cache state reset" when a sinval reset is processed.
+	$s->query_safe("SET glibc_malloc.preset = greedy; SET work_mem = '1GB'; SET log_min_messages = debug4");
 	$s->query_safe('SELECT count(*) FROM (SELECT md5(i::text) FROM generate_series(1, 100000) i ORDER BY 1) s');
 	$s->query_safe('LISTEN ch2');
 	push @tpids, $s->query_safe('SELECT pg_backend_pid()');
@@ -183,6 +186,56 @@ for my $s (@ts)
 }
 is($all, $trimmed_n, "every session limited right after its trim got all $notifies notifications");
 is($alive, $trimmed_n, 'and is still connected');
+
+# 3. A sinval reset at the idle point.  The sessions limited right after
+# their trim are stopped (SIGSTOP) while 1000 temporary-table DDLs from
+# another session overflow the invalidation queue (4096 messages): they
+# cannot catch up, and are marked for a reset.  Continued, each serves the
+# catch-up signal at its idle point, inside ReadCommand, and, reset,
+# discards and rebuilds its catalog caches there.
+my %limit_stop;
+for my $pid (@tpids)
+{
+	my ($vm, $lim) = split /\|/, $node->safe_psql('postgres', "SELECT vmdata_bytes, guard_limit_bytes FROM glibc_malloc_processes() WHERE pid = $pid");
+	$limit_stop{$pid} = [ $vm, $lim ];
+}
+my $reset_offset = -s $node->logfile;
+kill 'STOP', @tpids;
+my $ddl_errors = 0;
+for my $i (1 .. 1000)
+{
+	my (undef, $err) = $sender->query("CREATE TEMP TABLE r$i (a int, b text, c int); DROP TABLE r$i");
+	$ddl_errors++ if $err;
+	$sender->{stderr} = '';
+}
+kill 'CONT', @tpids;
+is($ddl_errors, 0, '1000 temporary-table DDLs while the sessions are stopped: no error');
+# PostgreSQL signals the session furthest behind, one at a time: those it
+# signalled reset at their idle point, the others at their next command.
+sub resets
+{
+	my $l = slurp_file($node->logfile, $reset_offset);
+	return scalar grep { $l =~ /\[$_\][^\n]*DEBUG:  cache state reset/ } @tpids;
+}
+wait_for(sub { resets() == $trimmed_n }, 10);
+my $idle_resets = resets();
+my @reset_room;
+for my $pid (@tpids)
+{
+	my ($vm0, $lim) = @{ $limit_stop{$pid} };
+	push @reset_room, sprintf('%.1f/%.1f', (vmdata($pid) - $vm0) / $MB, (($lim || 0) - $vm0) / $MB);
+}
+diag "$idle_resets of $trimmed_n sessions reset at their idle point; their VmData growth / their limit's room above VmData when stopped (MB): @reset_room";
+cmp_ok($idle_resets, '>=', 1, 'sessions limited right after their trim process a sinval reset at their idle point (DEBUG4: cache state reset)');
+$alive = 0;
+for my $s (@ts)
+{
+	my ($r, $err) = $s->query('SELECT 1');
+	$alive++ if ($r // '') =~ /^1$/m;
+	$s->{stderr} = '';
+}
+is(resets(), $trimmed_n, "all $trimmed_n were reset, the others at their next command");
+is($alive, $trimmed_n, 'after the reset, every session limited right after its trim is still connected and runs SELECT 1');
 my $log = slurp_file($node->logfile, $offset);
 my @fatal = grep { /FATAL:/ } split /\n/, $log;
 is(scalar @fatal, 0, 'no FATAL') or diag join "\n", @fatal[ 0 .. ($#fatal < 4 ? $#fatal : 4) ];
