@@ -362,16 +362,17 @@ extern bool gm_shmem_wait_ready(void);
 extern void gm_shmem_wait_lock(void);
 extern void gm_shmem_wait_unlock(void);
 extern void gm_shmem_wait_enqueue(int64 need, int64 patience_ms, int64 now);
-extern int	gm_shmem_wait_collect(struct GmAdmitWaiter *w, int max, int64 now, int64 *outstanding);
+extern int	gm_shmem_wait_collect(struct GmAdmitWaiter *w, int max, int64 now, int64 *outstanding,
+								  int64 *room, int64 *ceiling);
 extern void gm_shmem_wait_admit(const struct GmAdmitWaiter *w, int n);
 extern void gm_shmem_wait_note_look(void);
+extern void gm_shmem_wait_publish(int64 room, int64 ceiling);
+extern bool gm_shmem_wait_hopeless(void);
 extern bool gm_shmem_wait_admitted(void);
 extern void gm_shmem_wait_leave(void);
 extern void gm_shmem_wait_count(GmWaitCount kind, int64 n);
 extern void gm_shmem_wait_counts(int64 *counts);
-extern int64 gm_shmem_guard_headroom(void);
-extern int64 gm_shmem_guard_limit(void);
-extern bool gm_shmem_guard_engaged(void);
+extern bool gm_shmem_guard_acts(void);
 extern bool gm_shmem_waits_for_memory(int slotno, int pid);
 extern int64 gm_shmem_wait_reserved(int slotno, int pid, int64 vmdata);
 
@@ -471,6 +472,7 @@ typedef struct GmAdmitWaiter
 	int64		patience_ms;	/* its memory_wait */
 	/* the decision */
 	bool		admit;
+	bool		hopeless;		/* need above the ceiling: never fits */
 } GmAdmitWaiter;
 
 extern bool gm_guard_covers(GmGuardMode mode, GmLimitSource source);

@@ -234,7 +234,7 @@ gm_guard_reads_client(bool on)
 bool
 gm_guard_may_wait(void)
 {
-	return memory_wait > 0 && gm_shmem_guard_headroom() >= 0 &&
+	return memory_wait > 0 && gm_shmem_guard_acts() &&
 		MyBackendType == B_BACKEND && !IsParallelWorker() &&
 		CritSectionCount == 0 && InterruptHoldoffCount == 0 &&
 		gm_shmem_wait_ready() && gm_guarded_process();
@@ -289,37 +289,45 @@ blocks_others(void)
 	return blocks;
 }
 
+/* What a round of the admission says of this process's statement. */
+typedef enum GmRound
+{
+	GM_ROUND_WAIT,				/* it waits on */
+	GM_ROUND_ADMITTED,			/* it goes, with a reservation */
+	GM_ROUND_RUN				/* it runs as without the wait: its need is
+								 * above what could ever be available, or the
+								 * guard has not looked yet */
+} GmRound;
+
 /*
  * One round of the admission, under the queue's lock: the available bytes
- * are the guard's headroom less what the admitted statements still expect
- * to take; the most ever available is the guard's target (headroom with
- * nothing else in use).  Returns whether this process's statement is
- * admitted.
+ * are the room up to the guard's target at the monitor's last look, less
+ * what the admitted statements still expect to take as of that look; the
+ * most ever available (the ceiling) is the target less what the guard
+ * cannot move.
  */
-static bool
+static GmRound
 admission_round(int64 now)
 {
-	int64		headroom = gm_shmem_guard_headroom();
-	int64		limit = gm_shmem_guard_limit();
-	int64		ceiling = -1;
 	int64		outstanding;
+	int64		room;
+	int64		ceiling;
 	int			n;
-	bool		admitted;
+	GmRound		r;
 
-	if (limit > 0)
-	{
-		GmGuardLevels lv;
-
-		gm_guard_levels(limit, &lv);
-		ceiling = Max(lv.target, 0);
-	}
 	gm_shmem_wait_lock();
-	n = gm_shmem_wait_collect(admit_buf, admit_max, now, &outstanding);
-	(void) gm_guard_admit(Max(headroom, 0) - outstanding, ceiling, admit_buf, n);
-	gm_shmem_wait_admit(admit_buf, n);
-	admitted = gm_shmem_wait_admitted();
+	n = gm_shmem_wait_collect(admit_buf, admit_max, now, &outstanding, &room, &ceiling);
+	if (room < 0)
+		r = GM_ROUND_RUN;
+	else
+	{
+		(void) gm_guard_admit(room - outstanding, ceiling, admit_buf, n);
+		gm_shmem_wait_admit(admit_buf, n);
+		r = gm_shmem_wait_admitted() ? GM_ROUND_ADMITTED :
+			gm_shmem_wait_hopeless() ? GM_ROUND_RUN : GM_ROUND_WAIT;
+	}
 	gm_shmem_wait_unlock();
-	return admitted;
+	return r;
 }
 
 static bool wait_loop(int64 start, bool *timed_out);
@@ -363,9 +371,18 @@ gm_guard_wait_for_memory(int64 need)
 	gm_shmem_wait_unlock();
 	wait_entered = true;
 
-	admitted = admission_round(start);
-	if (admitted)
-		return 0;
+	switch (admission_round(start))
+	{
+		case GM_ROUND_ADMITTED:
+			return 0;
+		case GM_ROUND_RUN:
+			/* Nothing to wait for: runs as without the wait. */
+			wait_entered = false;
+			gm_shmem_wait_leave();
+			return 0;
+		case GM_ROUND_WAIT:
+			break;
+	}
 	gm_shmem_wait_count(GM_WAIT_WAITS, 1);
 	/*
 	 * Cancelled, statement_timeout or given up (an ERROR): counted, left.  A
@@ -430,7 +447,7 @@ wait_loop(int64 start, bool *timed_out)
 			*timed_out = true;
 			break;
 		}
-		if (gm_shmem_guard_headroom() < 0)
+		if (!gm_shmem_guard_acts())
 			break;				/* the guard let go: off, or no limit */
 		/* At once, then about once a second: pg_blocking_pids takes locks. */
 		if (now >= next_lock_check)
@@ -448,7 +465,16 @@ wait_loop(int64 start, bool *timed_out)
 						 Min(left_ms, GM_WAIT_POLL_MS), gm_memory_wait_event());
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
-		admitted = admission_round(gm_monotonic_usec());
+		switch (admission_round(gm_monotonic_usec()))
+		{
+			case GM_ROUND_ADMITTED:
+				admitted = true;
+				break;
+			case GM_ROUND_RUN:
+				return false;	/* it would never fit */
+			case GM_ROUND_WAIT:
+				break;
+		}
 	}
 	return admitted;
 }

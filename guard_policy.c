@@ -62,8 +62,9 @@
  * on its need is kept for it, and only what is left beyond it may admit
  * others: passing never makes a waiter miss the memory that frees before
  * its wait ends.  A need above the most the admission could ever have
- * (the ceiling) is never kept: it waits, passed by all, until its wait
- * runs out, and holds up nobody.
+ * (the ceiling: the target less what the guard cannot move) is hopeless:
+ * it is never kept, holds up nobody, and runs at once as without the wait
+ * (waiting for memory that cannot free would only delay it).
  *
  *-------------------------------------------------------------------------
  */
@@ -348,8 +349,9 @@ cmp_arrival(const void *a, const void *b)
 }
 
 /*
- * The admission: sets each waiter's admit from available bytes (ceiling:
- * the most ever available, -1 = unknown); returns how many go.  Sorts
+ * The admission: sets each waiter's admit and hopeless from available
+ * bytes (ceiling: the most ever available, -1 = unknown); returns how many
+ * go.  Sorts
  * waiters by arrival.
  */
 int
@@ -364,14 +366,15 @@ gm_guard_admit(int64 available, int64 ceiling, GmAdmitWaiter *waiters, int n)
 		GmAdmitWaiter *w = &waiters[i];
 		int64		need = Max(w->need, 0);
 
-		w->admit = need <= left;
+		w->hopeless = ceiling >= 0 && need > ceiling;
+		w->admit = !w->hopeless && need <= left;
 		if (w->admit)
 		{
 			left -= need;
 			admitted++;
 		}
 		/* Passed long enough: what frees from now on is kept for it. */
-		else if ((ceiling < 0 || need <= ceiling) &&
+		else if (!w->hopeless &&
 				 (double) w->waited_ms >=
 				 GM_ADMIT_PASS_SHARE * Min(w->patience_ms, GM_ADMIT_PASS_MAX_MS))
 			left -= need;

@@ -194,13 +194,18 @@ typedef struct GmGuarded
 	bool		counted_idle;	/* the last look counted it as not working */
 	int			since_pid;		/* the process since is of; 0 = none */
 	uint64		since;			/* the look its current work began at */
+	bool		was_working;	/* the last measured look counted since_pid
+								 * as working */
+	uint64		moved_tick;		/* the tick its RssAnon was last counted as
+								 * movable at */
 	bool		reused;			/* this look reused the last reading */
 } GmGuarded;
 
 static GmGuarded *guarded = NULL;
 static GmGuardProc *cands = NULL;
 static bool guard_engaged = false;
-static uint64 guard_looks = 0;	/* candidates numbered, in the order seen */
+static uint64 guard_looks = 0;	/* measured looks, numbered */
+static uint64 guard_ticks = 0;	/* every tick, numbered */
 static int64 guard_last_log = 0;	/* monotonic */
 static int	guard_quiet_rounds = 0;	/* tightening rounds not logged yet */
 static bool guard_shrunk_logged = false;	/* this episode's shrunk reserve */
@@ -918,9 +923,8 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 				b2[32],
 				b3[32];
 
-	/* What the admitted statements grew, as of the usage just read. */
-	if (active)
-		gm_shmem_wait_note_look();
+	if (active && gm_guard_measure(l->limit, l->usage, guard_engaged))
+		guard_looks++;
 
 	/*
 	 * The candidates, with their VmData now: also in the last stretch
@@ -1014,14 +1018,16 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 		g->starts = starts;
 
 		/*
-		 * When its current work began: a new statement, or a process the
-		 * last look counted as idle, is numbered anew; a statement that
-		 * goes on keeps its number (the policy serves the earliest first).
+		 * When its current work began, as the number of the look that first
+		 * saw it: a new statement, or a process the last measured look did
+		 * not count as working, takes this look's; a statement that goes on
+		 * keeps its own (the policy serves the earliest first, and breaks
+		 * the ties of a look by VmData).
 		 */
-		if (g->since_pid != s->pid || c->started || g->counted_idle)
+		if (g->since_pid != s->pid || c->started || !g->was_working)
 		{
 			g->since_pid = s->pid;
-			g->since = ++guard_looks;
+			g->since = guard_looks;
 		}
 		c->since = g->since;
 		/* Waiting for memory (memory_wait): idle until admitted. */
@@ -1035,12 +1041,32 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 		c->cur_limit = g->pid == s->pid ? g->limit : GM_NO_LIMIT;
 	}
 
+	/*
+	 * A parallel worker's work began with its leader's statement: its
+	 * leader's number (lockGroupLeader read without its lock: a pointer,
+	 * at worst one look late).
+	 */
+	for (int i = 0; i < ncand; i++)
+	{
+		PGPROC	   *leader = ProcGlobal->allProcs[cands[i].slot].lockGroupLeader;
+		int			ls;
+
+		if (leader == NULL || leader == &ProcGlobal->allProcs[cands[i].slot])
+			continue;
+		ls = leader - ProcGlobal->allProcs;
+		if (ls >= 0 && ls < nslots &&
+			guarded[ls].since_pid == leader->pid && guarded[ls].since_pid != 0)
+			cands[i].since = Min(cands[i].since, guarded[ls].since);
+	}
+
 	in.limit = active ? l->limit : -1;
 	in.usage = active ? l->usage : -1;
 	in.engaged = guard_engaged;
 	in.asked_pending = asked_pending();
 	gm_guard_policy(&in, cands, ncand, &d);
 	guard_engaged = d.engaged;
+	for (int i = 0; i < ncand; i++)
+		guarded[cands[i].slot].was_working = cands[i].working;
 
 	/* The policy's inputs and outputs, for who debugs it (DEBUG2). */
 	if (d.engaged)
@@ -1210,19 +1236,43 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 	st->guard_engaged = guard_engaged;
 	if (guard_engaged)
 		st->guard_engaged_at = mono;
-	/*
-	 * The room up to the target, engaged or not: the admission of
-	 * statements that wait for memory (memory_wait) counts on it from
-	 * before the guard engages, so that a burst from a calm server is
-	 * admitted as it fits rather than all at once.
-	 */
-	st->guard_headroom = d.headroom >= 0 ? d.headroom :
-		active ? Max(d.levels.target - l->usage, 0) : -1;
+	st->guard_headroom = d.headroom;
 	st->guard_limited = guard_engaged ? limited : 0;
 	st->guard_reserve = guard_engaged ? d.reserve : -1;
 	st->guard_reserve_shrunk = guard_engaged && d.reserve_shrunk;
 	pg_write_barrier();
 	st->changecount++;
+
+	/*
+	 * For the admission of statements that wait for memory (memory_wait):
+	 * the room up to the target, engaged or not, so that a burst from a
+	 * calm server is admitted as it fits rather than all at once before
+	 * the guard engages; and the ceiling, the target less what the guard
+	 * cannot move (the usage less the guarded backends' RssAnon: as this
+	 * look read it, else as they last published it): a need above it never
+	 * fits, however long it waits.
+	 */
+	guard_ticks++;
+	if (active)
+	{
+		GmGuardLevels lv;
+		int64		movable = 0;
+
+		gm_guard_levels(l->limit, &lv);
+		for (int i = 0; i < ncand; i++)
+		{
+			movable += Max(cands[i].rss, 0);
+			guarded[cands[i].slot].moved_tick = guard_ticks;
+		}
+		for (int i = 0; i < n; i++)
+			if (snaps[i].guarded && snaps[i].pid != 0 &&
+				guarded[snaps[i].slot].moved_tick != guard_ticks)
+				movable += Max(snaps[i].rss_anon_bytes, 0);
+		gm_shmem_wait_publish(Max(lv.target - l->usage, 0),
+							  Max(lv.target - Max(l->usage - movable, 0), 0));
+	}
+	else
+		gm_shmem_wait_publish(-1, -1);
 }
 
 /* One look at the limits and the snapshots; act if needed. */
@@ -1244,6 +1294,8 @@ monitor_tick(void)
 				b3[32];
 
 	detect();
+	/* What the admitted statements grew, read before the usage. */
+	gm_shmem_wait_note_look();
 	read_limits(&l);
 	n = gm_shmem_all_snapshots(snaps);
 	for (int i = 0; i < n; i++)

@@ -84,9 +84,15 @@ typedef struct GmWaitSlot
 	int64		patience_ms;	/* its memory_wait */
 	int64		base_vmdata;	/* ADMITTED: VmData when admitted; -1 = unknown */
 	int64		look_vmdata;	/* ADMITTED: VmData at the monitor's last look
-								 * since; -1 = none yet */
+								 * since, the look wait_room is of; -1 = none */
 	int64		look_gap;		/* and VmData less RssAnon then: mapped, not
 								 * touched yet */
+	uint64		pending_arrival;	/* the look in progress read these of the
+									 * admission of this arrival: */
+	int64		pending_vmdata;
+	int64		pending_gap;
+	bool		hopeless;		/* WAITING: its need is above what the
+								 * admission could ever have */
 	struct Latch *latch;
 } GmWaitSlot;
 
@@ -150,6 +156,12 @@ typedef struct GmShared
 	/* glibc_malloc.memory_wait: the queue's lock and order, the counts */
 	LWLock	   *wait_lock;
 	uint64		wait_arrivals;	/* under wait_lock */
+	int64		wait_room;		/* under wait_lock: the room up to the
+								 * guard's target at the monitor's last look;
+								 * -1 = unknown */
+	int64		wait_ceiling;	/* and the most the admission could ever
+								 * have: the target less what the guard cannot
+								 * move; -1 = unknown */
 	pg_atomic_uint64 wait_counts[GM_NWAIT_COUNTS];
 	int			nslots;
 	GmSlot		slots[FLEXIBLE_ARRAY_MEMBER];
@@ -221,6 +233,8 @@ gm_shmem_startup(void)
 		pg_atomic_init_u64(&shared->oom_errors[1], 0);
 		pg_atomic_init_u64(&shared->all_oom_errors, 0);
 		shared->wait_lock = &(GetNamedLWLockTranche("glibc_malloc_memory_wait"))->lock;
+		shared->wait_room = -1;
+		shared->wait_ceiling = -1;
 		for (int k = 0; k < GM_NWAIT_COUNTS; k++)
 			pg_atomic_init_u64(&shared->wait_counts[k], 0);
 		shared->counters_since = GetCurrentTimestamp();
@@ -1155,6 +1169,8 @@ gm_shmem_wait_enqueue(int64 need, int64 patience_ms, int64 now)
 	w->base_vmdata = -1;
 	w->look_vmdata = -1;
 	w->look_gap = 0;
+	w->pending_arrival = 0;
+	w->hopeless = false;
 	w->latch = MyLatch;
 }
 
@@ -1173,8 +1189,10 @@ waits_for_client(int slotno, int pid)
 }
 
 /*
- * Under the lock: the waiters into w (at most max; id is the slot) and
- * the bytes the admitted statements are still expected to take: each its
+ * Under the lock: the waiters into w (at most max; id is the slot), the
+ * room and the ceiling of the monitor's last look (*room, *ceiling; -1 =
+ * unknown), and the bytes the admitted statements are still expected to
+ * take as of that look: each its
  * reservation less what its process had grown since its admission at the
  * monitor's last look, the look the headroom is of (growth since is in
  * neither: counted with a live VmData against an older headroom, it was
@@ -1182,14 +1200,17 @@ waits_for_client(int slotno, int pid)
  * what it had mapped and not touched then (the guard's budget leaves that
  * out of the headroom too: it becomes resident without a new mapping).  One
  * whose growth passed its reservation, or whose process left its slot,
- * ends here.  No /proc read under the lock.
+ * ends here.  No /proc read.
  */
 int
-gm_shmem_wait_collect(GmAdmitWaiter *w, int max, int64 now, int64 *outstanding)
+gm_shmem_wait_collect(GmAdmitWaiter *w, int max, int64 now, int64 *outstanding,
+					  int64 *room, int64 *ceiling)
 {
 	int			n = 0;
 
 	*outstanding = 0;
+	*room = shared->wait_room;
+	*ceiling = shared->wait_ceiling;
 	for (int i = 0; i < shared->nslots; i++)
 	{
 		GmWaitSlot *ws = &shared->slots[i].wait;
@@ -1230,16 +1251,20 @@ gm_shmem_wait_admit(const GmAdmitWaiter *w, int n)
 	{
 		GmWaitSlot *ws;
 
-		if (!w[i].admit || w[i].id < 0 || w[i].id >= shared->nslots)
+		if (w[i].id < 0 || w[i].id >= shared->nslots)
 			continue;
 		ws = &shared->slots[w[i].id].wait;
 		if (ws->state != GM_WAIT_WAITING)
+			continue;
+		ws->hopeless = w[i].hopeless;
+		if (!w[i].admit)
 			continue;
 		ws->state = GM_WAIT_ADMITTED;
 		ws->base_vmdata = ws->pid == MyProcPid ? gm_proc_status_bytes(0, "VmData:") :
 			gm_proc_status_bytes(ws->pid, "VmData:");
 		ws->look_vmdata = -1;
 		ws->look_gap = 0;
+		ws->pending_arrival = 0;
 		pg_atomic_fetch_add_u64(&shared->wait_counts[GM_WAIT_ADMISSIONS], 1);
 		if (ws->pid != MyProcPid && ws->latch != NULL)
 			SetLatch(ws->latch);
@@ -1247,11 +1272,12 @@ gm_shmem_wait_admit(const GmAdmitWaiter *w, int n)
 }
 
 /*
- * The monitor, at each look, with the usage it just read: the VmData and
- * RssAnon of each process admitted for a statement (memory_wait), which
- * the admission counts its growth and its untouched mappings by until the
- * next look.  Read without the lock, kept
- * under it for the same admission.
+ * The monitor, at each look, just before it reads the usage: the VmData
+ * and RssAnon of each process admitted for a statement (memory_wait),
+ * kept pending until gm_shmem_wait_publish makes them the look's, with
+ * its room.  Growth between this and the usage's reading is in the usage
+ * and not in the growth: counted against the room, never as room twice.
+ * Read without the lock, kept under it for the same admission.
  */
 void
 gm_shmem_wait_note_look(void)
@@ -1274,11 +1300,52 @@ gm_shmem_wait_note_look(void)
 		LWLockAcquire(shared->wait_lock, LW_EXCLUSIVE);
 		if (ws->state == GM_WAIT_ADMITTED && ws->pid == pid && ws->arrival == arrival)
 		{
-			ws->look_vmdata = vm;
-			ws->look_gap = Max(vm - rss, 0);
+			ws->pending_arrival = arrival;
+			ws->pending_vmdata = vm;
+			ws->pending_gap = Max(vm - rss, 0);
 		}
 		LWLockRelease(shared->wait_lock);
 	}
+}
+
+/*
+ * The monitor, at the end of each look: its room up to the guard's target
+ * and its ceiling (-1: the guard does not act), and the admitted
+ * statements' growth it read before the usage, together under the lock:
+ * a round sees a look's room with that look's growth, never one look's
+ * with another's.  Wakes the waiters when the room grew.
+ */
+void
+gm_shmem_wait_publish(int64 room, int64 ceiling)
+{
+	bool		grew;
+
+	if (shared == NULL)
+		return;
+	LWLockAcquire(shared->wait_lock, LW_EXCLUSIVE);
+	grew = room > shared->wait_room;
+	shared->wait_room = room;
+	shared->wait_ceiling = ceiling;
+	for (int i = 0; i < shared->nslots; i++)
+	{
+		GmWaitSlot *ws = &shared->slots[i].wait;
+
+		if (ws->state == GM_WAIT_ADMITTED && ws->pending_arrival == ws->arrival)
+		{
+			ws->look_vmdata = ws->pending_vmdata;
+			ws->look_gap = ws->pending_gap;
+		}
+		else if (ws->state == GM_WAIT_WAITING && grew && ws->latch != NULL)
+			SetLatch(ws->latch);
+	}
+	LWLockRelease(shared->wait_lock);
+}
+
+/* Under the lock: whether this process's statement is hopeless (above the ceiling). */
+bool
+gm_shmem_wait_hopeless(void)
+{
+	return my_slot->wait.state == GM_WAIT_WAITING && my_slot->wait.hopeless;
 }
 
 /* Under the lock: whether this process's statement was admitted. */
@@ -1336,28 +1403,6 @@ gm_shmem_wait_counts(int64 *counts)
 		counts[k] = shared ? (int64) pg_atomic_read_u64(&shared->wait_counts[k]) : 0;
 }
 
-/*
- * The room up to the memory guard's target at the monitor's last look,
- * engaged or not (bytes; -1 = the guard does not act: off, no limit it
- * covers, no monitor), read under the monitor's change counter.
- */
-int64
-gm_shmem_guard_headroom(void)
-{
-	if (shared == NULL || shared->monitor.pid == 0)
-		return -1;
-	return monitor_read_int64(offsetof(GmMonitorState, guard_headroom), NULL);
-}
-
-/*
- * The memory limit the monitor last read (bytes; -1 = none or unknown),
- * read under its change counter.
- */
-int64
-gm_shmem_guard_limit(void)
-{
-	return monitor_read_int64(offsetof(GmMonitorState, limit_bytes), NULL);
-}
 
 /*
  * The monitor: whether process pid, in slot slotno, waits for memory now
@@ -1392,11 +1437,15 @@ gm_shmem_wait_reserved(int slotno, int pid, int64 vmdata)
 	return left;
 }
 
-/* Whether the memory guard is engaged now (a flag read). */
+/*
+ * Whether the memory guard acts on a limit now: the monitor runs, and its
+ * last look read a limit the guard's mode covers (flag reads).
+ */
 bool
-gm_shmem_guard_engaged(void)
+gm_shmem_guard_acts(void)
 {
-	return shared != NULL && shared->monitor.guard_engaged && shared->monitor.pid != 0;
+	return shared != NULL && shared->monitor.pid != 0 && shared->monitor.guard_covers &&
+		shared->monitor.guard_enabled;
 }
 
 /*

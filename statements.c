@@ -641,7 +641,8 @@ store(const GmStmtKey *key, int64 calls, int64 plan_bytes, int64 exec_bytes,
 /*
  * The largest executor peak recorded for the top-level statement of this
  * queryid run now by this role in this database; -1 = none recorded.
- * A shared lock and an entry's mutex, only when asked (the guard engaged).
+ * A shared lock and an entry's mutex, only when asked (memory_wait on,
+ * the guard acting on a limit).
  */
 int64
 gm_statements_recorded_peak(uint64 queryid)

@@ -605,16 +605,24 @@ main(void)
 		n = gm_guard_admit(200 * MB, 1000 * MB, w, 2);
 		ok(n == 1 && w[1].admit, "the same head waiting 10 s: the small one passes");
 
-		/* A need above the most there could ever be is never kept. */
+		/*
+		 * A need above the most there could ever be (the ceiling: the
+		 * target less what the guard cannot move) is hopeless: never kept,
+		 * and it runs at once.
+		 */
 		WAITER(0, 1, 2000, 1800000, 3600000);
 		WAITER(1, 2, 50, 0, 10000);
 		n = gm_guard_admit(200 * MB, 1000 * MB, w, 2);
 		ok(n == 1 && !w[0].admit && w[1].admit,
 		   "a head of 2000 MB, ceiling 1000 MB, waiting 30 of 60 min: never kept, the small one goes");
+		ok(w[0].hopeless && !w[1].hopeless, "the head above the ceiling is hopeless (it runs as without the wait)");
+		WAITER(0, 1, 300, 0, 30000);
+		n = gm_guard_admit(200 * MB, 250 * MB, w, 1);
+		ok(n == 0 && w[0].hopeless, "300 MB where at most 250 could ever free: hopeless at once, not made to wait");
 		WAITER(0, 1, 1000, 20000, 30000);
 		WAITER(1, 2, 50, 0, 10000);
 		n = gm_guard_admit(200 * MB, 1000 * MB, w, 2);
-		ok(n == 0 && !w[1].admit, "a due head of exactly the ceiling is kept");
+		ok(n == 0 && !w[1].admit && !w[0].hopeless, "a due head of exactly the ceiling is kept, not hopeless");
 
 		/* Bursts: 8 of 400 MB in 900 MB, reservations ending two at a time: arrival order. */
 		{
