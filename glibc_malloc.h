@@ -245,6 +245,7 @@ typedef struct GmMonitorState
 	int64		guard_lowered;	/* limits lowered */
 	char		guard_last_action[GM_MONITOR_TEXT];
 	TimestampTz guard_last_action_at;	/* 0 = none yet */
+	int			limit_source;	/* GmLimitSource of source */
 	int64		guard_reserve;	/* each guarded process's reserve; -1 */
 	bool		guard_reserve_shrunk;	/* all did not fit the margin */
 	struct Latch *guard_latch;	/* the monitor's, for statement starts; NULL */
@@ -343,6 +344,7 @@ extern void gm_shmem_guard_reads_client(bool on);
 extern bool gm_shmem_guard_in_statement(int slotno, int pid);
 extern void gm_shmem_set_guard_working(int slotno, int pid, bool working);
 extern int64 gm_shmem_guard_engaged_at(void);
+extern int	gm_shmem_monitor_source(void);
 extern void gm_shmem_count_oom(bool guard);
 extern void gm_shmem_tell_leader_limit_oom(void);
 extern bool gm_shmem_take_worker_limit_oom(void);
@@ -476,6 +478,7 @@ typedef struct GmAdmitWaiter
 } GmAdmitWaiter;
 
 extern bool gm_guard_covers(GmGuardMode mode, GmLimitSource source);
+extern const char *gm_guard_hint_remedy(GmLimitSource source);
 extern void gm_guard_levels(int64 limit, GmGuardLevels *lv);
 extern int	gm_guard_admit(int64 available, int64 ceiling, GmAdmitWaiter *waiters, int n);
 extern bool gm_guard_engaged_after(int64 limit, int64 usage, bool engaged);

@@ -575,8 +575,8 @@ gm_guard_error_hint(ErrorData *edata)
 	fmt_size(used, sizeof(used), Max(vm, 0));
 	if (by_guard)
 		snprintf(buf, sizeof(buf),
-				 "The server is close to its memory limit: glibc_malloc.memory_guard limited this backend's private memory (%s mapped) so that the kernel's OOM killer does not restart the server. Retry when fewer large queries run, lower work_mem, or raise the container's memory limit.",
-				 used);
+				 "The server is close to its memory limit: glibc_malloc.memory_guard limited this backend's private memory (%s mapped) so that the kernel's OOM killer does not restart the server. Retry when fewer large queries run, lower work_mem, or %s.",
+				 used, gm_guard_hint_remedy(gm_shmem_monitor_source()));
 	else
 	{
 		fmt_size(lim, sizeof(lim), soft);

@@ -120,6 +120,16 @@ gm_guard_covers(GmGuardMode mode, GmLimitSource source)
 	return gm_guard_coverage[mode][source];
 }
 
+/*
+ * The end of the guard's HINT: what gives the server more memory, for the
+ * limit read from source (the container's, or the whole machine's).
+ */
+const char *
+gm_guard_hint_remedy(GmLimitSource source)
+{
+	return source == GM_LIMIT_SYSTEM ? "add memory to the machine" : "raise the container's memory limit";
+}
+
 /* The guard's levels for a limit of limit bytes. */
 void
 gm_guard_levels(int64 limit, GmGuardLevels *lv)

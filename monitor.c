@@ -1399,6 +1399,7 @@ monitor_tick(void)
 	st->fraction = monitor_fraction;
 	st->max_total_free = max_total_free < 0 ? -1 : (int64) max_total_free * 1024;
 	strlcpy(st->source, limit_source_names[l.source], sizeof(st->source));
+	st->limit_source = l.source;
 	strlcpy(st->cgroup, l.source == GM_LIMIT_CGROUP_V1 || l.source == GM_LIMIT_CGROUP_V2 ? limit_dir : "",
 			sizeof(st->cgroup));
 	st->limit_bytes = l.limit;

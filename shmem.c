@@ -1067,6 +1067,30 @@ gm_shmem_guard_engaged_at(void)
 	return at < 0 ? 0 : at;
 }
 
+/*
+ * What limits the server's memory as the monitor last read it (GmLimitSource;
+ * GM_LIMIT_NONE before its first look), under its change counter.  For
+ * emit_log_hook: no error, no lock, a bounded retry.
+ */
+int
+gm_shmem_monitor_source(void)
+{
+	GmMonitorState *st = shared ? &shared->monitor : NULL;
+
+	for (int i = 0; st != NULL && i < 1000; i++)
+	{
+		uint32		before = st->changecount;
+		int			value;
+
+		pg_read_barrier();
+		value = st->limit_source;
+		pg_read_barrier();
+		if (before == st->changecount && (before & 1) == 0)
+			return value;
+	}
+	return GM_LIMIT_NONE;
+}
+
 /* Count an out-of-memory error under the module's limits (guard: the guard's). */
 void
 gm_shmem_count_oom(bool guard)

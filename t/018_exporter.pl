@@ -89,6 +89,39 @@ for my $m (qw(enabled engaged limited_processes guard_errors max_backend_memory_
 	is(metric("glibc_malloc_guard_$m"), $node->safe_psql('postgres', "SELECT ${m}::int FROM glibc_malloc_guard"),
 		"glibc_malloc_guard_$m as in the view");
 }
+# The columns 1.7 added: as in the view, the times in seconds; a count the
+# kernel does not keep here (oom_kills, oom_group_kills NULL) is NaN, and
+# the scrape does not fail.
+my %g;
+@g{qw(reserve_bytes reserve_shrunk oom_kills oom_group_kills waits wait_time admissions wait_timeouts)} = split /\|/,
+  $node->safe_psql('postgres', 'SELECT coalesce(reserve_bytes, 0), coalesce(reserve_shrunk, false)::int, oom_kills, oom_group_kills, waits, wait_time, admissions, wait_timeouts FROM glibc_malloc_guard'),
+  -1;
+for my $m (qw(reserve_bytes reserve_shrunk waits admissions wait_timeouts))
+{
+	is(metric("glibc_malloc_guard_$m"), $g{$m}, "glibc_malloc_guard_$m as in the view");
+}
+is(metric('glibc_malloc_guard_wait_time_seconds'), $g{wait_time} / 1000, 'glibc_malloc_guard_wait_time_seconds: the view\'s wait_time (ms) in seconds');
+for my $m (qw(oom_kills oom_group_kills))
+{
+	my ($v) = $metrics =~ /^glibc_malloc_guard_$m(?:\{[^}]*\})? (\S+)$/m;
+	if ($g{$m} eq '')
+	{
+		is($v, 'NaN', "glibc_malloc_guard_$m: NaN, as the view has no count here");
+	}
+	else
+	{
+		is($v, $g{$m}, "glibc_malloc_guard_$m as in the view");
+	}
+}
+for my $m (qw(oom_kills oom_group_kills waits wait_time_seconds admissions wait_timeouts))
+{
+	like($metrics, qr/^# TYPE glibc_malloc_guard_$m counter$/m, "glibc_malloc_guard_$m is typed counter");
+}
+my $headroom = $node->safe_psql('postgres', 'SELECT commit_headroom_bytes FROM glibc_malloc_monitor');
+my ($mh) = $metrics =~ /^glibc_malloc_monitor_commit_headroom_bytes(?:\{[^}]*\})? (\S+)$/m;
+ok(defined $mh && ($headroom eq '' ? $mh eq 'NaN' : abs($mh - $headroom) < 2**30),
+	"glibc_malloc_monitor_commit_headroom_bytes is exported (view: $headroom, scraped: " . ($mh // 'none') . ')');
+
 # The top statements by executor memory: alice's big sort among them, with
 # the view's figures, and never more than ten.
 my ($qid, $peak, $calls) = split /\|/, $node->safe_psql('postgres',
@@ -97,6 +130,8 @@ ok($qid, 'alice\'s big sort has a row in glibc_malloc_statements');
 is(metric('glibc_malloc_statements_top_max_exec_peak_bytes', queryid => $qid, usename => 'alice'), $peak,
 	'glibc_malloc_statements_top_max_exec_peak_bytes of its queryid as in the view');
 is(metric('glibc_malloc_statements_top_calls', queryid => $qid), $calls, 'and its calls');
+is(metric('glibc_malloc_statements_top_waits', queryid => $qid), 0, 'and its waits for memory (none: no guard engaged)');
+is(metric('glibc_malloc_statements_top_wait_time_seconds', queryid => $qid), 0, 'and the time they took');
 my $series = () = $metrics =~ /^glibc_malloc_statements_top_max_exec_peak_bytes\{/mg;
 cmp_ok($series, '>=', 1, "statements are exported ($series series)");
 cmp_ok($series, '<=', 10, 'at most ten: the cardinality is bounded');

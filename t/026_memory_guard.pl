@@ -91,7 +91,7 @@ for my $b (1 .. $bursts)
 		my @lines = split /\n/, $r->{out};
 		# "SET", the sort's count (if it completed), "SET", then 1000.
 		$next_ok++ if @lines && $lines[-1] eq '1000';
-		if ($r->{err} =~ /ERROR:  out of memory\nDETAIL:  Failed on request of size \d+ in memory context "[^"]+"\.\nHINT:  The server is close to its memory limit: glibc_malloc\.memory_guard limited this backend's private memory/)
+		if ($r->{err} =~ /ERROR:  out of memory\nDETAIL:  Failed on request of size \d+ in memory context "[^"]+"\.\nHINT:  The server is close to its memory limit: glibc_malloc\.memory_guard limited this backend's private memory \([^)\n]+ mapped\) so that the kernel's OOM killer does not restart the server\. Retry when fewer large queries run, lower work_mem, or raise the container's memory limit\.\n/)
 		{
 			$errors++;
 		}

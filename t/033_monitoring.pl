@@ -158,6 +158,70 @@ for my $q (sort keys %query)
 		"exporter query $q returns exactly the columns it declares");
 }
 
+# Every numeric or boolean column of a view a query reads is exported
+# (the query names it), or is listed here with the reason it is not: a
+# column a new version adds cannot be forgotten.
+my $group = 'the top ten keep calls, the largest and mean peaks, heap growths, errors and waits; the rest is in the view';
+my %not_exported = (
+	'glibc_malloc_backends.pid' => 'per-pid series would grow without bound',
+	'glibc_malloc_backends.mmapped_bytes' => 'counted in system_bytes (heap and mmapped chunks)',
+	'glibc_malloc_backends.system_bytes' => 'exported for all backends as glibc_malloc_summary_system_bytes',
+	'glibc_malloc_guard.limit_bytes' => "the monitor's, exported as glibc_malloc_monitor_limit_bytes",
+	'glibc_malloc_guard.usage_bytes' => "the monitor's, exported as glibc_malloc_monitor_usage_bytes",
+	'glibc_malloc_monitor.enabled' => 'the setting glibc_malloc.memory_monitor; running says whether the monitor runs',
+	'glibc_malloc_monitor.fraction' => 'the setting glibc_malloc.monitor_fraction',
+	'glibc_malloc_monitor.max_total_free_bytes' => 'the setting glibc_malloc.max_total_free',
+	map { ("glibc_malloc_statements.$_" => $group) } qw(plans min_plan_peak_bytes mean_plan_peak_bytes
+	  stddev_plan_peak_bytes exec_measured min_exec_peak_bytes stddev_exec_peak_bytes heap_change_bytes
+	  mmapped_change_bytes max_heap_growth_bytes limit_oom_errors));
+my %numeric_col;
+for my $row (split /\n/, $node->safe_psql('postgres', q{
+	SELECT c.relname || '|' || a.attname FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
+	WHERE c.relname LIKE 'glibc\_malloc\_%' AND c.relkind = 'v' AND a.attnum > 0 AND NOT a.attisdropped
+	  AND a.atttypid IN ('int2'::regtype, 'int4'::regtype, 'int8'::regtype, 'float4'::regtype,
+	                     'float8'::regtype, 'numeric'::regtype, 'bool'::regtype)}))
+{
+	my ($v, $c) = split /\|/, $row;
+	push @{ $numeric_col{$v} }, $c;
+}
+my %read_by;
+for my $q (sort keys %query)
+{
+	my ($v) = $query{$q} =~ /\bFROM\s+(glibc_malloc_\w+)/;
+	ok($v && $numeric_col{$v}, "exporter query $q reads a view of the extension") or next;
+	push @{ $read_by{$v} }, $q;
+}
+for my $v (qw(glibc_malloc_guard glibc_malloc_monitor glibc_malloc_counters glibc_malloc_statements))
+{
+	ok($read_by{$v}, "the exporter file reads $v");
+}
+for my $v (sort keys %read_by)
+{
+	my $sql = join "\n", map { $query{$_} } @{ $read_by{$v} };
+	for my $c (sort @{ $numeric_col{$v} })
+	{
+		my $named = $sql =~ /\b\Q$c\E\b/;
+		my $reason = $not_exported{"$v.$c"};
+		ok($named || $reason, "$v.$c is exported by @{ $read_by{$v} }" . ($reason ? " or is not: $reason" : ''));
+		ok(!($named && $reason), "$v.$c is exported: drop it from the list of columns not exported") if $reason;
+	}
+}
+for my $vc (sort keys %not_exported)
+{
+	my ($v, $c) = split /\./, $vc;
+	ok(grep({ $_ eq $c } @{ $numeric_col{$v} // [] }), "not exported: $vc is a numeric column of the catalog");
+}
+# The columns 1.7 added, by name.
+like($query{glibc_malloc_guard}, qr/\b$_\b/, "glibc_malloc_guard's query exports $_")
+  for qw(reserve_bytes reserve_shrunk oom_kills oom_group_kills waits wait_time admissions wait_timeouts);
+like($query{glibc_malloc_monitor}, qr/\bcommit_headroom_bytes\b/, "glibc_malloc_monitor's query exports commit_headroom_bytes");
+like($query{glibc_malloc_statements_top}, qr/\b$_\b/, "glibc_malloc_statements_top's query exports $_") for qw(waits wait_time);
+is($exported{"glibc_malloc_guard_$_"}, 'COUNTER', "glibc_malloc_guard_$_ is a counter")
+  for qw(oom_kills oom_group_kills waits wait_time_seconds admissions wait_timeouts);
+is($exported{"glibc_malloc_guard_$_"}, 'GAUGE', "glibc_malloc_guard_$_ is a gauge") for qw(reserve_bytes reserve_shrunk);
+is($exported{glibc_malloc_monitor_commit_headroom_bytes}, 'GAUGE', 'glibc_malloc_monitor_commit_headroom_bytes is a gauge');
+is($exported{"glibc_malloc_statements_top_$_"}, 'COUNTER', "glibc_malloc_statements_top_$_ is a counter") for qw(waits wait_time_seconds);
+
 my $runbook = slurp_file("$root/docs/runbook.md");
 for my $a (@alerts)
 {

@@ -6,6 +6,7 @@
 #include "postgres.h"
 
 #include <stdio.h>
+#include <string.h>
 
 #include "glibc_malloc.h"
 
@@ -90,6 +91,13 @@ main(void)
 	ok(!gm_guard_engaged_after(800 * MB, lv.release - 1, true), "and lifts below it");
 	ok(!gm_guard_engaged_after(-1, 100 * MB, true), "no limit: never engaged");
 	ok(!gm_guard_engaged_after(800 * MB, -1, true), "usage unknown: never engaged");
+
+	/* The HINT's remedy names what limits the server: the machine or a container. */
+	ok(strcmp(gm_guard_hint_remedy(GM_LIMIT_SYSTEM), "add memory to the machine") == 0,
+	   "the whole machine's memory (memory_guard = machine): the HINT says add memory to the machine");
+	ok(strcmp(gm_guard_hint_remedy(GM_LIMIT_CGROUP_V2), "raise the container's memory limit") == 0 &&
+	   strcmp(gm_guard_hint_remedy(GM_LIMIT_CGROUP_V1), "raise the container's memory limit") == 0,
+	   "a cgroup's limit (v1 or v2): the HINT says raise the container's memory limit");
 
 	/* Not engaged: no limits; those set are lifted. */
 	in.limit = 800 * MB;
