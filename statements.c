@@ -90,6 +90,7 @@ static int	track = GM_TRACK_NONE;
 static int	statements_max = 5000;
 
 /* Eviction, with pg_stat_statements' constants. */
+#define GM_STMT_PEAK_CACHE_USEC	1000000 /* a recorded peak looked up is kept this long */
 #define USAGE_EXEC			1.0		/* added by each call */
 #define USAGE_INIT			1.0		/* an entry's first call starts here */
 #define USAGE_MEDIAN_INIT	10.0	/* the median before any eviction */
@@ -642,19 +643,30 @@ store(const GmStmtKey *key, int64 calls, int64 plan_bytes, int64 exec_bytes,
  * The largest executor peak recorded for the top-level statement of this
  * queryid run now by this role in this database; -1 = none recorded.
  * A shared lock and an entry's mutex, only when asked (memory_wait on,
- * the guard acting on a limit).
+ * the guard acting on a limit), at most once a second for the same query
+ * and role in a row: the last answer is kept that long, so that a
+ * workload that runs one statement again and again (pgbench -S) does not
+ * take the lock at each.
  */
 int64
 gm_statements_recorded_peak(uint64 queryid)
 {
+	static GmStmtKey last_key;
+	static int64 last_peak = -1;
+	static int64 last_at = 0;	/* gm_monotonic_usec(); 0 = none */
 	GmStmtKey	key;
 	GmStmtEntry *entry;
 	int64		peak = -1;
+	int64		now;
 
 	if (!gm_statements_tracking() || queryid == UINT64CONST(0) ||
 		LWLockHeldByMe(stmt_shared->lock))
 		return -1;
 	make_key(&key, queryid, 0);
+	now = gm_monotonic_usec();
+	if (last_at != 0 && now - last_at < GM_STMT_PEAK_CACHE_USEC && now >= last_at &&
+		memcmp(&key, &last_key, sizeof(key)) == 0)
+		return last_peak;
 	LWLockAcquire(stmt_shared->lock, LW_SHARED);
 	entry = entry_find(&key, key_hash(&key));
 	if (entry != NULL)
@@ -665,6 +677,9 @@ gm_statements_recorded_peak(uint64 queryid)
 		SpinLockRelease(&entry->mutex);
 	}
 	LWLockRelease(stmt_shared->lock);
+	last_key = key;
+	last_peak = peak;
+	last_at = now;
 	return peak;
 }
 
