@@ -367,8 +367,18 @@ extern void gm_shmem_wait_enqueue(int64 need, int64 patience_ms, int64 now);
 extern int	gm_shmem_wait_collect(struct GmAdmitWaiter *w, int max, int64 now, int64 *outstanding,
 								  int64 *room, int64 *ceiling);
 extern void gm_shmem_wait_admit(const struct GmAdmitWaiter *w, int n);
-extern void gm_shmem_wait_note_look(void);
-extern void gm_shmem_wait_publish(int64 room, int64 ceiling);
+/* An admitted statement's process, as the monitor read it before a look's usage. */
+typedef struct GmWaitLook
+{
+	int			slot;
+	int			pid;
+	uint64		arrival;		/* its admission's */
+	int64		vmdata;
+	int64		gap;			/* VmData less RssAnon */
+} GmWaitLook;
+extern int	gm_shmem_wait_note_look(GmWaitLook *looks);
+extern void gm_shmem_wait_publish(int64 room, int64 ceiling, const GmWaitLook *looks, int n);
+extern void gm_shmem_wait_note_base(void);
 extern bool gm_shmem_wait_hopeless(void);
 extern bool gm_shmem_wait_admitted(void);
 extern void gm_shmem_wait_leave(void);

@@ -374,6 +374,7 @@ gm_guard_wait_for_memory(int64 need)
 	switch (admission_round(start))
 	{
 		case GM_ROUND_ADMITTED:
+			gm_shmem_wait_note_base();
 			return 0;
 		case GM_ROUND_RUN:
 			/* Nothing to wait for: runs as without the wait. */
@@ -417,6 +418,8 @@ gm_guard_wait_for_memory(int64 need)
 			gm_shmem_wait_count(GM_WAIT_TIMEOUTS, 1);
 	}
 	gm_shmem_wait_count(GM_WAIT_USEC, waited);
+	if (admitted)
+		gm_shmem_wait_note_base();
 
 	/*
 	 * While it waited, the guard counted it idle and limited it so: a

@@ -196,8 +196,6 @@ typedef struct GmGuarded
 	uint64		since;			/* the look its current work began at */
 	bool		was_working;	/* the last measured look counted since_pid
 								 * as working */
-	uint64		moved_tick;		/* the tick its RssAnon was last counted as
-								 * movable at */
 	bool		reused;			/* this look reused the last reading */
 } GmGuarded;
 
@@ -205,7 +203,8 @@ static GmGuarded *guarded = NULL;
 static GmGuardProc *cands = NULL;
 static bool guard_engaged = false;
 static uint64 guard_looks = 0;	/* measured looks, numbered */
-static uint64 guard_ticks = 0;	/* every tick, numbered */
+static GmWaitLook *wait_looks = NULL;	/* admitted statements read this tick */
+static int	nlooks = 0;
 static int64 guard_last_log = 0;	/* monotonic */
 static int	guard_quiet_rounds = 0;	/* tightening rounds not logged yet */
 static bool guard_shrunk_logged = false;	/* this episode's shrunk reserve */
@@ -1248,31 +1247,33 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 	 * the room up to the target, engaged or not, so that a burst from a
 	 * calm server is admitted as it fits rather than all at once before
 	 * the guard engages; and the ceiling, the target less what the guard
-	 * cannot move (the usage less the guarded backends' RssAnon: as this
-	 * look read it, else as they last published it): a need above it never
-	 * fits, however long it waits.
+	 * cannot move: a need above it never fits, however long it waits.
+	 * What it cannot move is the usage less the guarded backends' RssAnon,
+	 * counted only on a look that read them (the candidates, every guarded
+	 * backend; the last reading of one that idles since): their published
+	 * snapshots lag behind a running statement.  Otherwise the ceiling is
+	 * the target.  What other processes hold (autovacuum, another program)
+	 * counts as unmovable, though some of it frees.
 	 */
-	guard_ticks++;
 	if (active)
 	{
 		GmGuardLevels lv;
-		int64		movable = 0;
+		int64		ceiling;
 
 		gm_guard_levels(l->limit, &lv);
-		for (int i = 0; i < ncand; i++)
+		ceiling = lv.target;
+		if (ncand > 0)
 		{
-			movable += Max(cands[i].rss, 0);
-			guarded[cands[i].slot].moved_tick = guard_ticks;
+			int64		movable = 0;
+
+			for (int i = 0; i < ncand; i++)
+				movable += Max(cands[i].rss, 0);
+			ceiling = lv.target - Max(l->usage - movable, 0);
 		}
-		for (int i = 0; i < n; i++)
-			if (snaps[i].guarded && snaps[i].pid != 0 &&
-				guarded[snaps[i].slot].moved_tick != guard_ticks)
-				movable += Max(snaps[i].rss_anon_bytes, 0);
-		gm_shmem_wait_publish(Max(lv.target - l->usage, 0),
-							  Max(lv.target - Max(l->usage - movable, 0), 0));
+		gm_shmem_wait_publish(Max(lv.target - l->usage, 0), Max(ceiling, 0), wait_looks, nlooks);
 	}
 	else
-		gm_shmem_wait_publish(-1, -1);
+		gm_shmem_wait_publish(-1, -1, wait_looks, nlooks);
 }
 
 /* One look at the limits and the snapshots; act if needed. */
@@ -1295,7 +1296,7 @@ monitor_tick(void)
 
 	detect();
 	/* What the admitted statements grew, read before the usage. */
-	gm_shmem_wait_note_look();
+	nlooks = gm_shmem_wait_note_look(wait_looks);
 	read_limits(&l);
 	n = gm_shmem_all_snapshots(snaps);
 	for (int i = 0; i < n; i++)
@@ -1434,6 +1435,8 @@ monitor_exit(int code, Datum arg)
 	st->guard_latch = NULL;
 	pg_write_barrier();
 	st->changecount++;
+	/* Waiters run as without the wait (the monitor never holds the lock here). */
+	gm_shmem_wait_publish(-1, -1, NULL, 0);
 }
 
 /* The background worker's entry point. */
@@ -1453,6 +1456,7 @@ glibc_malloc_monitor_main(Datum arg)
 	live = MemoryContextAlloc(TopMemoryContext, sizeof(int) * nslots);
 	guarded = MemoryContextAllocZero(TopMemoryContext, sizeof(GmGuarded) * nslots);
 	cands = MemoryContextAlloc(TopMemoryContext, sizeof(GmGuardProc) * nslots);
+	wait_looks = MemoryContextAlloc(TopMemoryContext, sizeof(GmWaitLook) * nslots);
 	for (int i = 0; i < nslots; i++)
 		guarded[i].ref_pid = 0;
 	/* A restarted monitor goes on counting. */

@@ -82,15 +82,12 @@ typedef struct GmWaitSlot
 	int64		need;			/* bytes: WAITING's need, ADMITTED's reservation */
 	int64		since;			/* gm_monotonic_usec() it queued */
 	int64		patience_ms;	/* its memory_wait */
-	int64		base_vmdata;	/* ADMITTED: VmData when admitted; -1 = unknown */
+	int64		base_vmdata;	/* ADMITTED: VmData when its process woke
+								 * admitted; -1 = not yet */
 	int64		look_vmdata;	/* ADMITTED: VmData at the monitor's last look
 								 * since, the look wait_room is of; -1 = none */
 	int64		look_gap;		/* and VmData less RssAnon then: mapped, not
 								 * touched yet */
-	uint64		pending_arrival;	/* the look in progress read these of the
-									 * admission of this arrival: */
-	int64		pending_vmdata;
-	int64		pending_gap;
 	bool		hopeless;		/* WAITING: its need is above what the
 								 * admission could ever have */
 	struct Latch *latch;
@@ -1193,7 +1190,6 @@ gm_shmem_wait_enqueue(int64 need, int64 patience_ms, int64 now)
 	w->base_vmdata = -1;
 	w->look_vmdata = -1;
 	w->look_gap = 0;
-	w->pending_arrival = 0;
 	w->hopeless = false;
 	w->latch = MyLatch;
 }
@@ -1284,11 +1280,9 @@ gm_shmem_wait_admit(const GmAdmitWaiter *w, int n)
 		if (!w[i].admit)
 			continue;
 		ws->state = GM_WAIT_ADMITTED;
-		ws->base_vmdata = ws->pid == MyProcPid ? gm_proc_status_bytes(0, "VmData:") :
-			gm_proc_status_bytes(ws->pid, "VmData:");
+		ws->base_vmdata = -1;	/* the process notes it, awake */
 		ws->look_vmdata = -1;
 		ws->look_gap = 0;
-		ws->pending_arrival = 0;
 		pg_atomic_fetch_add_u64(&shared->wait_counts[GM_WAIT_ADMISSIONS], 1);
 		if (ws->pid != MyProcPid && ws->latch != NULL)
 			SetLatch(ws->latch);
@@ -1297,50 +1291,48 @@ gm_shmem_wait_admit(const GmAdmitWaiter *w, int n)
 
 /*
  * The monitor, at each look, just before it reads the usage: the VmData
- * and RssAnon of each process admitted for a statement (memory_wait),
- * kept pending until gm_shmem_wait_publish makes them the look's, with
- * its room.  Growth between this and the usage's reading is in the usage
- * and not in the growth: counted against the room, never as room twice.
- * Read without the lock, kept under it for the same admission.
+ * and RssAnon of each process admitted for a statement (memory_wait), into
+ * looks (room for every slot; returns how many), without the lock: they
+ * become the look's, with its room, in gm_shmem_wait_publish.  Growth
+ * between this and the usage's reading is in the usage and not in the
+ * growth: counted against the room, never as room twice.
  */
-void
-gm_shmem_wait_note_look(void)
+int
+gm_shmem_wait_note_look(GmWaitLook *looks)
 {
+	int			n = 0;
+
 	if (shared == NULL)
-		return;
+		return 0;
 	for (int i = 0; i < shared->nslots; i++)
 	{
 		GmWaitSlot *ws = &shared->slots[i].wait;
-		int			pid = ws->pid;
-		uint64		arrival = ws->arrival;
-		int64		vm;
-		int64		rss;
+		GmWaitLook *lk = &looks[n];
 
-		if (ws->state != GM_WAIT_ADMITTED || pid == 0)
+		if (ws->state != GM_WAIT_ADMITTED || ws->pid == 0)
 			continue;
-		if ((vm = gm_proc_status_bytes(pid, "VmData:")) < 0 ||
-			(rss = gm_proc_status_bytes(pid, "RssAnon:")) < 0)
+		lk->slot = i;
+		lk->pid = ws->pid;
+		lk->arrival = ws->arrival;	/* checked again under the lock */
+		if ((lk->vmdata = gm_proc_status_bytes(lk->pid, "VmData:")) < 0 ||
+			(lk->gap = gm_proc_status_bytes(lk->pid, "RssAnon:")) < 0)
 			continue;
-		LWLockAcquire(shared->wait_lock, LW_EXCLUSIVE);
-		if (ws->state == GM_WAIT_ADMITTED && ws->pid == pid && ws->arrival == arrival)
-		{
-			ws->pending_arrival = arrival;
-			ws->pending_vmdata = vm;
-			ws->pending_gap = Max(vm - rss, 0);
-		}
-		LWLockRelease(shared->wait_lock);
+		lk->gap = Max(lk->vmdata - lk->gap, 0);
+		n++;
 	}
+	return n;
 }
 
 /*
  * The monitor, at the end of each look: its room up to the guard's target
  * and its ceiling (-1: the guard does not act), and the admitted
- * statements' growth it read before the usage, together under the lock:
- * a round sees a look's room with that look's growth, never one look's
- * with another's.  Wakes the waiters when the room grew.
+ * statements' readings it took before the usage (looks, n of them), all
+ * under the lock, which it takes once: a round sees a look's room with
+ * that look's growth, never one look's with another's.  Wakes the waiters
+ * when the room grew.
  */
 void
-gm_shmem_wait_publish(int64 room, int64 ceiling)
+gm_shmem_wait_publish(int64 room, int64 ceiling, const GmWaitLook *looks, int n)
 {
 	bool		grew;
 
@@ -1350,18 +1342,45 @@ gm_shmem_wait_publish(int64 room, int64 ceiling)
 	grew = room > shared->wait_room;
 	shared->wait_room = room;
 	shared->wait_ceiling = ceiling;
-	for (int i = 0; i < shared->nslots; i++)
+	for (int k = 0; k < n; k++)
 	{
-		GmWaitSlot *ws = &shared->slots[i].wait;
+		GmWaitSlot *ws = &shared->slots[looks[k].slot].wait;
 
-		if (ws->state == GM_WAIT_ADMITTED && ws->pending_arrival == ws->arrival)
+		if (ws->state == GM_WAIT_ADMITTED && ws->pid == looks[k].pid &&
+			ws->arrival == looks[k].arrival)
 		{
-			ws->look_vmdata = ws->pending_vmdata;
-			ws->look_gap = ws->pending_gap;
+			ws->look_vmdata = looks[k].vmdata;
+			ws->look_gap = looks[k].gap;
 		}
-		else if (ws->state == GM_WAIT_WAITING && grew && ws->latch != NULL)
-			SetLatch(ws->latch);
 	}
+	if (grew)
+		for (int i = 0; i < shared->nslots; i++)
+		{
+			GmWaitSlot *ws = &shared->slots[i].wait;
+
+			if (ws->state == GM_WAIT_WAITING && ws->latch != NULL)
+				SetLatch(ws->latch);
+		}
+	LWLockRelease(shared->wait_lock);
+}
+
+/*
+ * An admitted process, awake: its VmData now is what its statement's
+ * growth is counted from (read before the lock; until then its whole
+ * reservation is outstanding).
+ */
+void
+gm_shmem_wait_note_base(void)
+{
+	int64		vm;
+
+	if (!gm_shmem_wait_ready() || my_slot->wait.state != GM_WAIT_ADMITTED)
+		return;
+	vm = gm_proc_status_bytes(0, "VmData:");
+	LWLockAcquire(shared->wait_lock, LW_EXCLUSIVE);
+	if (my_slot->wait.state == GM_WAIT_ADMITTED && my_slot->wait.pid == MyProcPid &&
+		my_slot->wait.base_vmdata < 0)
+		my_slot->wait.base_vmdata = vm;
 	LWLockRelease(shared->wait_lock);
 }
 
