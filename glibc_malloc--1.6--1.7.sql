@@ -42,7 +42,8 @@ COMMENT ON VIEW glibc_malloc_counters IS
 -- memory.oom_control oom_kill on cgroup v1; NULL where there is none);
 -- and glibc_malloc.memory_wait's counts: the statements that waited for
 -- memory, their time waited (ms), the statements admitted with a
--- reservation, and the waits that ran out.
+-- reservation, the waits that ran out, and the statements that did not
+-- wait because their need is above what could ever free.
 DROP VIEW glibc_malloc_guard;
 DROP FUNCTION glibc_malloc_guard();
 
@@ -67,7 +68,8 @@ CREATE FUNCTION glibc_malloc_guard(
     OUT waits bigint,
     OUT wait_time double precision,
     OUT admissions bigint,
-    OUT wait_timeouts bigint)
+    OUT wait_timeouts bigint,
+    OUT wait_skips bigint)
 RETURNS record
 AS 'MODULE_PATHNAME', 'glibc_malloc_guard'
 LANGUAGE C STRICT VOLATILE PARALLEL RESTRICTED;

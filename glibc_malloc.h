@@ -357,6 +357,8 @@ typedef enum GmWaitCount
 	GM_WAIT_USEC,				/* their time waited */
 	GM_WAIT_ADMISSIONS,			/* statements admitted with a reservation */
 	GM_WAIT_TIMEOUTS,			/* waits that ran out of memory_wait */
+	GM_WAIT_SKIPS,				/* statements that ran at once: their need is
+								 * above what could ever free */
 	GM_NWAIT_COUNTS
 } GmWaitCount;
 struct GmAdmitWaiter;

@@ -294,9 +294,9 @@ typedef enum GmRound
 {
 	GM_ROUND_WAIT,				/* it waits on */
 	GM_ROUND_ADMITTED,			/* it goes, with a reservation */
-	GM_ROUND_RUN				/* it runs as without the wait: its need is
-								 * above what could ever be available, or the
-								 * guard has not looked yet */
+	GM_ROUND_RUN,				/* it runs as without the wait: its need is
+								 * above what could ever be available */
+	GM_ROUND_NO_LOOK			/* and so without a look of the guard yet */
 } GmRound;
 
 /*
@@ -318,7 +318,7 @@ admission_round(int64 now)
 	gm_shmem_wait_lock();
 	n = gm_shmem_wait_collect(admit_buf, admit_max, now, &outstanding, &room, &ceiling);
 	if (room < 0)
-		r = GM_ROUND_RUN;
+		r = GM_ROUND_NO_LOOK;
 	else
 	{
 		(void) gm_guard_admit(room - outstanding, ceiling, admit_buf, n);
@@ -377,6 +377,9 @@ gm_guard_wait_for_memory(int64 need)
 			gm_shmem_wait_note_base();
 			return 0;
 		case GM_ROUND_RUN:
+			gm_shmem_wait_count(GM_WAIT_SKIPS, 1);
+			/* FALLTHROUGH */
+		case GM_ROUND_NO_LOOK:
 			/* Nothing to wait for: runs as without the wait. */
 			wait_entered = false;
 			gm_shmem_wait_leave();
@@ -474,7 +477,10 @@ wait_loop(int64 start, bool *timed_out)
 				admitted = true;
 				break;
 			case GM_ROUND_RUN:
+				gm_shmem_wait_count(GM_WAIT_SKIPS, 1);
 				return false;	/* it would never fit */
+			case GM_ROUND_NO_LOOK:
+				return false;
 			case GM_ROUND_WAIT:
 				break;
 		}

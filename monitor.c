@@ -1266,6 +1266,13 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 		{
 			int64		movable = 0;
 
+			/*
+			 * A working process's RssAnon as read now; one that idles, its
+			 * VmData (the look reads only that of those): more than it
+			 * holds, so that the ceiling errs high, toward a wait that runs
+			 * out, rather than low, toward running a statement that could
+			 * have waited (a snapshot's RssAnon lags behind).
+			 */
 			for (int i = 0; i < ncand; i++)
 				movable += Max(cands[i].rss, 0);
 			ceiling = lv.target - Max(l->usage - movable, 0);
@@ -1723,8 +1730,8 @@ glibc_malloc_guard(PG_FUNCTION_ARGS)
 {
 	GmMonitorState c;
 	TupleDesc	tupdesc;
-	Datum		values[21];
-	bool		nulls[21] = {0};
+	Datum		values[22];
+	bool		nulls[22] = {0};
 	int64		waits[GM_NWAIT_COUNTS];
 	int64		cap_errors;
 	int64		guard_errors;
@@ -1733,10 +1740,10 @@ glibc_malloc_guard(PG_FUNCTION_ARGS)
 
 	/*
 	 * 13 columns before 1.7; 1.7 added reserve_bytes, reserve_shrunk,
-	 * oom_kills, oom_group_kills and memory_wait's four counts.
+	 * oom_kills, oom_group_kills and memory_wait's five counts.
 	 */
 	monitor_state_for_sql(fcinfo, &c, &tupdesc, -1);
-	if (tupdesc->natts != 13 && tupdesc->natts != 21)
+	if (tupdesc->natts != 13 && tupdesc->natts != 22)
 		elog(ERROR, "incorrect number of output arguments");
 	gm_shmem_oom_counts(&cap_errors, &guard_errors);
 	gm_guard_levels(c.limit_bytes, &lv);
@@ -1768,7 +1775,7 @@ glibc_malloc_guard(PG_FUNCTION_ARGS)
 		values[j] = BoolGetDatum(c.guard_reserve_shrunk);
 		nulls[j++] = !c.guard_engaged;
 	}
-	if (tupdesc->natts >= 21)
+	if (tupdesc->natts >= 22)
 	{
 		values[j] = Int64GetDatum(c.oom_kills);
 		nulls[j++] = c.oom_kills < 0 || c.checked_at == 0;
@@ -1780,6 +1787,7 @@ glibc_malloc_guard(PG_FUNCTION_ARGS)
 		values[j++] = Float8GetDatum(waits[GM_WAIT_USEC] / 1000.0);
 		values[j++] = Int64GetDatum(waits[GM_WAIT_ADMISSIONS]);
 		values[j++] = Int64GetDatum(waits[GM_WAIT_TIMEOUTS]);
+		values[j++] = Int64GetDatum(waits[GM_WAIT_SKIPS]);
 	}
 	Assert(j == tupdesc->natts);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
