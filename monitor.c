@@ -1432,6 +1432,8 @@ monitor_exit(int code, Datum arg)
 
 	if (st == NULL)
 		return;
+	/* An ERROR (FATAL here: no sigsetjmp) may have left one held. */
+	LWLockReleaseAll();
 	if (guarded != NULL)
 		guard_lift_all();
 	st->changecount++;
@@ -1442,7 +1444,7 @@ monitor_exit(int code, Datum arg)
 	st->guard_latch = NULL;
 	pg_write_barrier();
 	st->changecount++;
-	/* Waiters run as without the wait (the monitor never holds the lock here). */
+	/* Waiters run as without the wait. */
 	gm_shmem_wait_publish(-1, -1, NULL, 0);
 }
 

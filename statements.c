@@ -370,6 +370,11 @@ gm_statements_top_queryid(void)
 	return cur_key_valid ? (int64) cur_key.queryid : 0;
 }
 
+/* gm_statements_recorded_peak's last answer found, in this backend. */
+static GmStmtKey peak_cache_key;
+static int64 peak_cache_peak = -1;
+static int64 peak_cache_at = 0;	/* gm_monotonic_usec(); 0 = none */
+
 /* The key of a statement of this queryid run now. */
 static void
 make_key(GmStmtKey *key, uint64 queryid, int nesting)
@@ -597,6 +602,9 @@ store(const GmStmtKey *key, int64 calls, int64 plan_bytes, int64 exec_bytes,
 	/* An error left the lock held (a background worker's exit): skip. */
 	if (LWLockHeldByMe(stmt_shared->lock))
 		return;
+	/* The peak this backend kept may change: looked up again next time. */
+	if (peak_cache_at != 0 && memcmp(key, &peak_cache_key, sizeof(*key)) == 0)
+		peak_cache_at = 0;
 	LWLockAcquire(stmt_shared->lock, LW_SHARED);
 	entry = entry_find(key, h);
 	if (entry == NULL)
@@ -644,16 +652,13 @@ store(const GmStmtKey *key, int64 calls, int64 plan_bytes, int64 exec_bytes,
  * queryid run now by this role in this database; -1 = none recorded.
  * A shared lock and an entry's mutex, only when asked (memory_wait on,
  * the guard acting on a limit), at most once a second for the same query
- * and role in a row: the last answer is kept that long, so that a
- * workload that runs one statement again and again (pgbench -S) does not
- * take the lock at each.
+ * and role in a row: a peak found is kept that long (until this backend
+ * records the statement again), so that a workload that runs one
+ * statement again and again (pgbench -S) does not take the lock at each.
  */
 int64
 gm_statements_recorded_peak(uint64 queryid)
 {
-	static GmStmtKey last_key;
-	static int64 last_peak = -1;
-	static int64 last_at = 0;	/* gm_monotonic_usec(); 0 = none */
 	GmStmtKey	key;
 	GmStmtEntry *entry;
 	int64		peak = -1;
@@ -664,9 +669,9 @@ gm_statements_recorded_peak(uint64 queryid)
 		return -1;
 	make_key(&key, queryid, 0);
 	now = gm_monotonic_usec();
-	if (last_at != 0 && now - last_at < GM_STMT_PEAK_CACHE_USEC && now >= last_at &&
-		memcmp(&key, &last_key, sizeof(key)) == 0)
-		return last_peak;
+	if (peak_cache_at != 0 && now - peak_cache_at < GM_STMT_PEAK_CACHE_USEC &&
+		now >= peak_cache_at && memcmp(&key, &peak_cache_key, sizeof(key)) == 0)
+		return peak_cache_peak;
 	LWLockAcquire(stmt_shared->lock, LW_SHARED);
 	entry = entry_find(&key, key_hash(&key));
 	if (entry != NULL)
@@ -677,9 +682,12 @@ gm_statements_recorded_peak(uint64 queryid)
 		SpinLockRelease(&entry->mutex);
 	}
 	LWLockRelease(stmt_shared->lock);
-	last_key = key;
-	last_peak = peak;
-	last_at = now;
+	if (peak > 0)
+	{
+		peak_cache_key = key;
+		peak_cache_peak = peak;
+		peak_cache_at = now;
+	}
 	return peak;
 }
 
