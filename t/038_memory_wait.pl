@@ -35,7 +35,8 @@ my $cg = test_cgroup_v1();
 my $MB = 2**20;
 my $limit = 800 * $MB;
 my $K = 8;				# sorts per burst
-my $bursts = $ENV{GM_TEST_BURSTS} // 10;	# bursts with and without memory_wait
+my $bursts = $ENV{GM_TEST_BURSTS} || 10;	# bursts with and without memory_wait
+					# (the chroots of scripts/matrix: 3)
 my $rows = 300_000;		# a sort of about 50 MB (measured below)
 my $sort = "SELECT count(*) FROM (SELECT md5(i::text) FROM generate_series(1, $rows) i ORDER BY 1) s";
 my $big_rows = 2 * $rows;	# recorded larger than the room while a session holds a sort
@@ -176,7 +177,8 @@ my ($per, $o0, $x0, $s0) = bursts('0');
 # (A burst may complete fewer, when one of the first sorts asks for its
 # doubled array as the budget runs out: about one burst in twenty-five.)
 is(scalar(grep { $_ < 1 } @$per), 0, "memory_wait = 0: a sort completes in each of $bursts bursts");
-cmp_ok(scalar(grep { $_ >= $fit } @$per), '>=', 0.8 * $bursts, "and at least $fit of $K in at least 80 % of them");
+my $short = $bursts >= 10 ? int(0.2 * $bursts) : 1;
+cmp_ok(scalar(grep { $_ < $fit } @$per), '<=', $short, "and at least $fit of $K in all but at most $short of them");
 is($x0, 0, 'the others get "out of memory", no other error');
 is($s0, 0, 'a small query in the middle of each burst runs');
 
