@@ -1019,36 +1019,27 @@ gm_shmem_slot_own_limit(int slotno)
 }
 
 /*
- * One 64-bit field of the monitor's state at offset off, read under its
- * change counter (no torn read on 32-bit), and whether the guard was
- * engaged with a monitor running; -1 where no consistent read came.  No
- * error, a bounded retry (emit_log_hook calls it).
+ * A field of the monitor's state (size bytes at offset off) into dst, read
+ * under its change counter (no torn read of an int64 on 32-bit); false
+ * where no consistent read came.  No error, no lock, a bounded retry (the
+ * error path and emit_log_hook call it).
  */
-static int64
-monitor_read_int64(size_t off, bool *engaged)
+static bool
+monitor_read(size_t off, void *dst, size_t size)
 {
 	GmMonitorState *st = shared ? &shared->monitor : NULL;
 
-	if (engaged)
-		*engaged = false;
 	for (int i = 0; st != NULL && i < 1000; i++)
 	{
 		uint32		before = st->changecount;
-		int64		value;
-		bool		on;
 
 		pg_read_barrier();
-		value = *(const int64 *) ((const char *) st + off);
-		on = st->guard_engaged && st->pid != 0;
+		memcpy(dst, (const char *) st + off, size);
 		pg_read_barrier();
 		if (before == st->changecount && (before & 1) == 0)
-		{
-			if (engaged)
-				*engaged = on;
-			return value;
-		}
+			return true;
 	}
-	return -1;
+	return false;
 }
 
 /*
@@ -1059,8 +1050,10 @@ monitor_read_int64(size_t off, bool *engaged)
 int64
 gm_shmem_guard_engaged_at(void)
 {
-	int64		at = monitor_read_int64(offsetof(GmMonitorState, guard_engaged_at), NULL);
+	int64		at;
 
+	if (!monitor_read(offsetof(GmMonitorState, guard_engaged_at), &at, sizeof(at)))
+		return 0;
 	return at < 0 ? 0 : at;
 }
 
@@ -1072,20 +1065,11 @@ gm_shmem_guard_engaged_at(void)
 int
 gm_shmem_monitor_source(void)
 {
-	GmMonitorState *st = shared ? &shared->monitor : NULL;
+	int			value;
 
-	for (int i = 0; st != NULL && i < 1000; i++)
-	{
-		uint32		before = st->changecount;
-		int			value;
-
-		pg_read_barrier();
-		value = st->limit_source;
-		pg_read_barrier();
-		if (before == st->changecount && (before & 1) == 0)
-			return value;
-	}
-	return GM_LIMIT_NONE;
+	if (!monitor_read(offsetof(GmMonitorState, limit_source), &value, sizeof(value)))
+		return GM_LIMIT_NONE;
+	return value;
 }
 
 /* Count an out-of-memory error under the module's limits (guard: the guard's). */
