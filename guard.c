@@ -91,7 +91,8 @@
 /* A query whose recorded peak is smaller does not wait (the reserve covers it). */
 #define GM_WAIT_MIN_NEED		((int64) 1024 * 1024)
 
-/* GUC glibc_malloc.memory_wait, ms; 0 = no wait (the statement runs at once). */
+/* GUC glibc_malloc.memory_wait, ms; 0 = no wait (the statement runs at once,
+ * with a reservation where it fits). */
 static int	memory_wait = 30000;
 
 /* This process's statement is queued or admitted (gm_shmem_wait_leave due). */
@@ -226,15 +227,16 @@ gm_guard_reads_client(bool on)
 }
 
 /*
- * Whether this client backend may wait for memory before a top-level
- * statement: memory_wait on, the guard acting on a limit, a slot, and a state where
- * waiting is safe (interrupts served, no critical section).  A flag test
- * or two when not.
+ * Whether this client backend may take part in the admission before a
+ * top-level statement (wait for memory, or with memory_wait = 0 only take
+ * a reservation where it fits): the guard acting on a limit, a slot, and a
+ * state where waiting is safe (interrupts served, no critical section).
+ * A flag test or two when not.
  */
 bool
 gm_guard_may_wait(void)
 {
-	return memory_wait > 0 && gm_shmem_guard_acts() &&
+	return gm_shmem_guard_acts() &&
 		MyBackendType == B_BACKEND && !IsParallelWorker() &&
 		CritSectionCount == 0 && InterruptHoldoffCount == 0 &&
 		gm_shmem_wait_ready() && gm_guarded_process();
@@ -336,8 +338,11 @@ static bool wait_loop(int64 start, bool *timed_out);
  * Before a top-level statement expected to take need bytes (its recorded
  * executor peak), once gm_guard_may_wait said yes: queue it, and wait
  * until it is admitted (it then holds a reservation until
- * gm_guard_wait_end), memory_wait runs out, or the guard lets go.  Returns
- * the microseconds waited (0: admitted at once, or not queued).  ERROR
+ * gm_guard_wait_end), memory_wait runs out, or the guard lets go.  With
+ * memory_wait = 0 it does not wait: admitted at once where it fits (the
+ * first statements of a burst get their need before the others grow),
+ * else it runs without a reservation.  Returns the microseconds waited
+ * (0: admitted at once, or not queued).  ERROR
  * (55P03, not an out-of-memory) when another backend waits for a lock this
  * one holds; interrupts as always.
  */
@@ -377,7 +382,8 @@ gm_guard_wait_for_memory(int64 need)
 			gm_shmem_wait_note_base();
 			return 0;
 		case GM_ROUND_RUN:
-			gm_shmem_wait_count(GM_WAIT_SKIPS, 1);
+			if (memory_wait > 0)
+				gm_shmem_wait_count(GM_WAIT_SKIPS, 1);
 			/* FALLTHROUGH */
 		case GM_ROUND_NO_LOOK:
 			/* Nothing to wait for: runs as without the wait. */
@@ -385,7 +391,19 @@ gm_guard_wait_for_memory(int64 need)
 			gm_shmem_wait_leave();
 			return 0;
 		case GM_ROUND_WAIT:
-			break;
+			if (memory_wait > 0)
+				break;
+			/* memory_wait = 0: runs at once, without a reservation. */
+			gm_shmem_wait_lock();
+			if (!gm_shmem_wait_admitted())
+			{
+				wait_entered = false;
+				gm_shmem_wait_leave();
+			}
+			gm_shmem_wait_unlock();
+			if (wait_entered)
+				gm_shmem_wait_note_base();
+			return 0;
 	}
 	gm_shmem_wait_count(GM_WAIT_WAITS, 1);
 	/*
@@ -648,7 +666,7 @@ gm_guard_define_gucs(void)
 	 * the guard's limits protect the server either way.
 	 */
 	DefineCustomIntVariable("glibc_malloc.memory_wait",
-							"While the memory guard acts on a limit, a query whose recorded memory peak does not fit the room left waits up to this long for memory (0: run at once).",
+							"While the memory guard acts on a limit, a query whose recorded memory peak does not fit the room left waits up to this long for memory (0: run at once, reserved where it fits).",
 							"Only top-level statements of queries in glibc_malloc_statements (glibc_malloc.track_statements). A waiter another session waits for gives up at once with an error; a wait that runs out runs the query.",
 							&memory_wait,
 							30000, 0, 3600 * 1000,

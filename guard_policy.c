@@ -384,7 +384,7 @@ gm_guard_admit(int64 available, int64 ceiling, GmAdmitWaiter *waiters, int n)
 			admitted++;
 		}
 		/* Passed long enough: what frees from now on is kept for it. */
-		else if (!w->hopeless &&
+		else if (!w->hopeless && w->patience_ms > 0 &&
 				 (double) w->waited_ms >=
 				 GM_ADMIT_PASS_SHARE * Min(w->patience_ms, GM_ADMIT_PASS_MAX_MS))
 			left -= need;

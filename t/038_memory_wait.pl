@@ -7,9 +7,9 @@
 # engaged) with room for 2 sorts by their need:
 #
 #  - GM_TEST_BURSTS (10) bursts of 8 recorded sorts started at once, and a
-#    small query in the middle of each: with memory_wait = 0 the guard lets
-#    the first sorts complete (served in the order they began) and fails
-#    the rest; with memory_wait long enough, at least 95 % complete, the
+#    small query in the middle of each: with memory_wait = 0 the first
+#    sorts that fit are admitted at once with a reservation and complete,
+#    in every burst, and the rest fail; with memory_wait long enough, at least 95 % complete, the
 #    waits counted (glibc_malloc_guard, glibc_malloc_statements); the
 #    small query always runs;
 #  - a waiter (a sort recorded larger than the room: it never fits) is
@@ -172,15 +172,17 @@ sub bursts
 	return (\@per, $oom // 0, $other // 0, $small_failed // 0);
 }
 
-# 1. Without waiting: the guard lets what fits complete, and fails the rest.
+# 1. Without waiting: the first sorts that fit are admitted at once with
+# a reservation, and complete; the rest run without one, and fail.
+my $before0 = guard();
 my ($per, $o0, $x0, $s0) = bursts('0');
-# (A burst may complete fewer, when one of the first sorts asks for its
-# doubled array as the budget runs out: about one burst in twenty-five.)
-is(scalar(grep { $_ < 1 } @$per), 0, "memory_wait = 0: a sort completes in each of $bursts bursts");
-my $short = $bursts >= 10 ? int(0.2 * $bursts) : 1;
-cmp_ok(scalar(grep { $_ < $fit } @$per), '<=', $short, "and at least $fit of $K in all but at most $short of them");
+my $after0 = guard();
+is(scalar(grep { $_ < $fit } @$per), 0, "memory_wait = 0: at least $fit of $K complete in each of $bursts bursts");
 is($x0, 0, 'the others get "out of memory", no other error');
 is($s0, 0, 'a small query in the middle of each burst runs');
+is($after0->[3] - $before0->[3], 0, 'nobody waited (glibc_malloc_guard.waits)');
+cmp_ok($after0->[5] - $before0->[5], '>=', $fit * $bursts,
+	'the first sorts of each burst were admitted at once, with a reservation (admissions)');
 
 # 2. With memory_wait long enough, nearly all complete.
 my $before = guard();

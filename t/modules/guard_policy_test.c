@@ -602,6 +602,20 @@ main(void)
 		ok(n == 0 && !w[1].admit,
 		   "two due waiters keep their needs: 290 MB admit nobody");
 
+		/*
+		 * memory_wait = 0: a statement that does not fit runs at once,
+		 * without a reservation; it keeps nothing for itself, so the
+		 * waiters behind it still go.
+		 */
+		WAITER(0, 1, 500, 0, 0);
+		WAITER(1, 2, 50, 0, 10000);
+		n = gm_guard_admit(200 * MB, 1000 * MB, w, 2);
+		ok(n == 1 && !w[0].admit && w[1].admit,
+		   "a head of 500 MB with memory_wait 0 that does not fit 200 MB: the 50 MB behind it goes");
+		WAITER(0, 1, 150, 0, 0);
+		n = gm_guard_admit(200 * MB, 1000 * MB, w, 1);
+		ok(n == 1 && w[0].admit, "memory_wait 0 and 150 MB in 200 MB: admitted at once, with a reservation");
+
 		/* memory_wait is the session's: half of at most 30 s counts. */
 		WAITER(0, 1, 500, 20000, 3600000);
 		WAITER(1, 2, 50, 0, 10000);
