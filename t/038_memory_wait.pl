@@ -125,20 +125,51 @@ sub finish_query
 {
 	my ($r) = @_;
 	eval { $r->{h}->finish; 1 } or $r->{err} .= "timed out\n";
-	$r->{secs} = time - $r->{started};
+	$r->{secs} = ($r->{ended} // time) - $r->{started};
 	return $r;
 }
 
+# A session that watches pg_stat_activity for waiters.
+my $watch = $node->background_psql('postgres');
+
 # One burst of $K sorts at once, and a small query in the middle of it;
-# returns (completed, out of memory, other, the small query's result).
+# returns (completed, out of memory, other, the small query's result, the
+# seconds each sort waited: seen with the wait event type Extension in
+# pg_stat_activity, from the first sighting to the last, polled about every
+# 50 ms).
 sub burst
 {
 	my ($wait) = @_;
 	# The usage settles (the last burst's sessions are gone).
 	wait_for(sub { room() >= $want_lo }, 15);
 	my @runs = map { start_query($sort, "SET work_mem = '1GB'", "SET glibc_malloc.memory_wait = '$wait'") } 1 .. $K;
-	sleep 0.3;
-	my $small = finish_query(start_query('SELECT count(*) FROM generate_series(1, 1000)', "SET glibc_malloc.memory_wait = '$wait'"));
+	my $t0 = time;
+	my ($small, %first, %last);
+	my $empty = 0;
+	while (time - $t0 < 150)
+	{
+		$small = start_query('SELECT count(*) FROM generate_series(1, 1000)', "SET glibc_malloc.memory_wait = '$wait'")
+		  if !$small && time - $t0 >= 0.3;
+		my $pids = $watch->query_safe(
+			"SELECT coalesce(string_agg(pid::text, ','), '') FROM pg_stat_activity "
+			  . "WHERE wait_event_type = 'Extension' AND query LIKE '%md5%' AND pid <> pg_backend_pid()");
+		my $now = time;
+		for my $p (grep { $_ ne '' } split /,/, $pids)
+		{
+			$first{$p} //= $now;
+			$last{$p} = $now;
+		}
+		$empty = $pids eq '' ? $empty + 1 : 0;
+		# The small query's time is to its end, not to this loop's.
+		if ($small && !$small->{ended})
+		{
+			eval { $small->{h}->pump_nb; 1 };
+			$small->{ended} = $now unless $small->{h}->pumpable;
+		}
+		last if $small && $empty >= 3 && $now - $t0 > 1;
+		sleep 0.05;
+	}
+	$small = finish_query($small);
 	my ($completed, $oom, $other) = (0, 0, 0);
 	my @secs;
 	for my $r (map { finish_query($_) } @runs)
@@ -148,10 +179,12 @@ sub burst
 		elsif ($r->{err} =~ /out of memory/) { $oom++ }
 		else { $other++; diag "other result: $r->{out} $r->{err}" }
 	}
+	my @waited = sort { $a <=> $b } ((map { $last{$_} - $first{$_} } keys %first), (0) x ($K - keys %first));
 	@secs = sort { $a <=> $b } @secs;
-	diag sprintf('  memory_wait %s: %d of %d completed, %d out of memory; each took %.1f s (median), %.1f s (max); the small query %s in %.2f s',
-		$wait, $completed, $K, $oom, $secs[ $#secs / 2 ], $secs[-1], $small->{out} =~ /^1000$/m ? 'ran' : "FAILED: $small->{err}", $small->{secs});
-	return ($completed, $oom, $other, $small->{out} =~ /^1000$/m && $small->{err} eq '');
+	diag sprintf('  memory_wait %s: %d of %d completed, %d out of memory; each took %.1f s (median), %.1f s (max); %d seen waiting, waited %.1f s (median), %.1f s (max); the small query %s in %.2f s',
+		$wait, $completed, $K, $oom, $secs[ $#secs / 2 ], $secs[-1], scalar(keys %first), $waited[ $#waited / 2 ], $waited[-1],
+		$small->{out} =~ /^1000$/m ? 'ran' : "FAILED: $small->{err}", $small->{secs});
+	return ($completed, $oom, $other, $small->{out} =~ /^1000$/m && $small->{err} eq '', \@waited);
 }
 
 # Bursts of $K sorts where $fit fit: with memory_wait = $wait, returns the
@@ -159,35 +192,39 @@ sub burst
 sub bursts
 {
 	my ($wait) = @_;
-	my (@per, $oom, $other, $small_failed);
+	my (@per, $oom, $other, $small_failed, @med, @max);
 	for my $b (1 .. $bursts)
 	{
-		my ($c, $o, $x, $small) = burst($wait);
+		my ($c, $o, $x, $small, $waited) = burst($wait);
 		push @per, $c;
+		push @med, sprintf('%.1f', $waited->[ $#$waited / 2 ]);
+		push @max, sprintf('%.1f', $waited->[-1]);
 		$oom += $o;
 		$other += $x;
 		$small_failed++ unless $small;
 	}
 	diag "memory_wait = $wait: completed per burst @per (of $K; $fit fit at once)";
-	return (\@per, $oom // 0, $other // 0, $small_failed // 0);
+	diag "  waited per burst, median (s): @med; max (s): @max";
+	return (\@per, $oom // 0, $other // 0, $small_failed // 0, \@max);
 }
 
 # 1. Without waiting: the first sorts that fit are admitted at once with
 # a reservation, and complete; the rest run without one, and fail.
 my $before0 = guard();
-my ($per, $o0, $x0, $s0) = bursts('0');
+my ($per, $o0, $x0, $s0, $max0) = bursts('0');
 my $after0 = guard();
 is(scalar(grep { $_ < $fit } @$per), 0, "memory_wait = 0: at least $fit of $K complete in each of $bursts bursts");
 is($x0, 0, 'the others get "out of memory", no other error');
 is($s0, 0, 'a small query in the middle of each burst runs');
 is($after0->[3] - $before0->[3], 0, 'nobody waited (glibc_malloc_guard.waits)');
+is(scalar(grep { $_ > 0 } @$max0), 0, 'and nobody was seen waiting in pg_stat_activity');
 cmp_ok($after0->[5] - $before0->[5], '>=', $fit * $bursts,
 	'the first sorts of each burst were admitted at once, with a reservation (admissions)');
 
 # 2. With memory_wait long enough, nearly all complete.
 my $before = guard();
-my ($oom, $other, $s1);
-($per, $oom, $other, $s1) = bursts('120s');
+my ($oom, $other, $s1, $max1);
+($per, $oom, $other, $s1, $max1) = bursts('120s');
 my $completed = 0;
 $completed += $_ for @$per;
 my $after = guard();
@@ -200,6 +237,7 @@ cmp_ok($completed, '>=', 0.95 * $K * $bursts,
 is($other, 0, 'no other error');
 is($s1, 0, 'a small query in the middle of each burst runs');
 cmp_ok($waits, '>', 0, 'statements waited (glibc_malloc_guard.waits)');
+cmp_ok(scalar(grep { $_ > 0 } @$max1), '>', 0, 'and were seen waiting, with their own wait event type, in pg_stat_activity');
 cmp_ok($wait_ms, '>', 0, 'for some time (wait_time)');
 cmp_ok($admissions, '>=', $waits, 'every waiter that ran was admitted with a reservation');
 is($timeouts, 0, 'no wait ran out');
@@ -299,6 +337,7 @@ is(oom_kills(), $kills_before, 'the kernel OOM-killed nothing');
 my $log = substr(slurp_file($node->logfile), $offset);
 unlike($log, qr/terminated by signal|all server processes terminated; reinitializing/, 'no restart');
 
+$watch->quit;
 $_->kill_kill for @fillers;
 $node->stop('fast');
 done_testing();
