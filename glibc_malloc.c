@@ -363,8 +363,10 @@ caught_error(void)
 
 /*
  * A top-level statement starts: the last one's reservation ends; while the
- * memory guard acts on a limit, a query with a recorded executor peak waits
- * until it fits (glibc_malloc.memory_wait), its time waited recorded.
+ * memory guard acts on a limit, a query with a recorded executor peak is
+ * admitted with a reservation where it fits, else waits until it does
+ * (glibc_malloc.memory_wait; with 0 it runs at once, unreserved), its time
+ * waited recorded.
  */
 static void
 wait_for_memory(QueryDesc *queryDesc, int eflags)
