@@ -22,7 +22,10 @@
 #    transaction's abort ends it, before the client's ROLLBACK);
 #  - A's statement ended normally inside its transaction (ExecutorEnd);
 #  - A's cursor of the recorded query (DECLARE, FETCH: a utility statement's
-#    query, which never waits) holds none.
+#    query, which never waits) holds none;
+#  - a portal of the extended query protocol suspended by a row limit (a
+#    driver's fetch size) holds none while its backend waits for its
+#    client, nor once closed (ExecutorEnd).
 #
 # And while A's statement holds its reservation (blocked on a lock inside
 # it), so that a client's recorded query does not fit:
@@ -43,6 +46,8 @@ use warnings;
 use FindBin;
 use lib $FindBin::RealBin;
 use GlibcMallocTest;
+use IO::Select;
+use IO::Socket::UNIX;
 use IPC::Run;
 use PostgreSQL::Test::Utils;
 use Test::More;
@@ -192,14 +197,17 @@ sub a_send
 # starts no executor at the top level) or in the query's gate, in the
 # transaction it began before the request $in... (unless $new_xact);
 # returns whether it does.
-sub a_waits_for_lock
+sub a_waits_for_lock { waits_for_lock($a_pid, @_) }
+
+# The same for the backend of process $pid.
+sub waits_for_lock
 {
-	my ($k, $in, $new_xact) = @_;
+	my ($pid, $k, $in, $new_xact) = @_;
 	my $open = $new_xact ? '' : 'AND a.xact_start < a.query_start';
 	return wait_for(sub {
 		$node->safe_psql('postgres',
 			"SELECT count(*) FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid AND NOT l.granted "
-			  . "WHERE a.pid = $a_pid AND l.locktype = 'advisory' AND l.objid = $k AND a.wait_event_type = 'Lock' "
+			  . "WHERE a.pid = $pid AND l.locktype = 'advisory' AND l.objid = $k AND a.wait_event_type = 'Lock' "
 			  . "$open AND a.query LIKE '$in%'") == 1;
 	}, 20);
 }
@@ -269,6 +277,75 @@ a_send('CLOSE c \; DO $$BEGIN PERFORM pg_advisory_xact_lock_shared(5); END $$;')
 ok(a_waits_for_lock(5, 'CLOSE c'), 'cursor: A closed it and waits for a lock');
 admitted_at_once('cursor closed');
 a_done(5);
+
+# 3b. A portal of the extended query protocol suspended by a row limit (a
+# driver's fetch size), spoken here by hand: its backend waits for its
+# client, and holds no reservation then; another such portal, suspended
+# and closed at once (Close, then a DO block that waits for a lock, in one
+# write: its backend never waits for its client in between), holds none
+# either.
+sub msg { return $_[0] . pack('N', 4 + length $_[1]) . $_[1] }
+sub p_send { my ($p, $data) = @_; defined syswrite($p->{sock}, $data) or die "send: $!" }
+
+# Read messages until one of type $want; returns the types read.
+sub p_until
+{
+	my ($p, $want) = @_;
+	my $types = '';
+	my $sel = IO::Select->new($p->{sock});
+	while (1)
+	{
+		while (length $p->{buf} < 5 || length $p->{buf} < 1 + unpack('N', substr($p->{buf}, 1, 4)))
+		{
+			die "no message $want (read: $types)" unless $sel->can_read(60);
+			sysread($p->{sock}, $p->{buf}, 65536, length $p->{buf}) or die "connection closed (read: $types)";
+		}
+		my $len = unpack('N', substr($p->{buf}, 1, 4));
+		my ($type, $body) = (substr($p->{buf}, 0, 1), substr($p->{buf}, 5, $len - 4));
+		substr($p->{buf}, 0, 1 + $len) = '';
+		$types .= $type;
+		$p->{pid} = unpack('N', $body) if $type eq 'K';
+		die "error: " . join(' ', split /\0/, $body) if $type eq 'E';
+		return $types if $type eq $want;
+	}
+}
+
+sub p_connect
+{
+	my $sock = IO::Socket::UNIX->new(Type => SOCK_STREAM(), Peer => $node->host . '/.s.PGSQL.' . $node->port)
+	  or die "connect: $!";
+	my $p = { sock => $sock, buf => '' };
+	my $body = pack('N', 196608) . 'user' . "\0" . getpwuid($<) . "\0" . 'database' . "\0" . 'postgres' . "\0\0";
+	p_send($p, pack('N', 4 + length $body) . $body);
+	p_until($p, 'Z');
+	return $p;
+}
+sub p_parse { msg('P', "\0$_[0]\0" . pack('n', 0)) }
+sub p_bind { msg('B', "$_[0]\0\0" . pack('nnn', 0, 0, 0)) }
+sub p_execute { msg('E', "$_[0]\0" . pack('N', $_[1])) }
+
+room_ok('before the portals');
+my $p = p_connect();
+p_send($p, msg('Q', "BEGIN\0"));
+p_until($p, 'Z');
+$g0 = guard();
+p_send($p, p_parse(rq(10, 0, 0)) . p_bind('p1') . p_execute('p1', 1) . msg('H', ''));
+like(p_until($p, 's'), qr/D/, 'portal: a row, and the portal suspended');
+is(guard()->[5] - $g0->[5], 1, 'portal: its statement was admitted with a reservation');
+ok(wait_for(sub { $node->safe_psql('postgres', "SELECT wait_event FROM pg_stat_activity WHERE pid = $p->{pid}") eq 'ClientRead' }, 10),
+	'portal: its backend waits for its client');
+admitted_at_once('portal suspended');
+$g0 = guard();
+p_send($p, msg('C', "Pp1\0") . p_parse(rq(10, 0, 0)) . p_bind('p2') . p_execute('p2', 1)
+	  . msg('C', "Pp2\0") . p_parse('DO $$BEGIN PERFORM pg_advisory_xact_lock_shared(8); END $$') . p_bind('') . p_execute('', 0)
+	  . msg('S', ''));
+ok(waits_for_lock($p->{pid}, 8, 'DO'), 'portal: suspended, closed, then its backend waits for a lock, its transaction open');
+is(guard()->[5] - $g0->[5], 1, 'portal: the second was admitted with a reservation');
+admitted_at_once('portal closed');
+unlock(8);
+like(p_until($p, 'Z'), qr/s.*3.*C/, 'portal: it was suspended, then closed, and the DO block ran');
+p_send($p, msg('Q', "ROLLBACK\0") . msg('X', ''));
+p_until($p, 'Z');
 
 # 4. A's statement holds its reservation: it waits in its gate, after its
 # sort, and then (once C lets go) in a DO block.
