@@ -25,7 +25,8 @@
 #    query, which never waits) holds none;
 #  - a portal of the extended query protocol suspended by a row limit (a
 #    driver's fetch size) holds none while its backend waits for its
-#    client, nor once closed (ExecutorEnd).
+#    client, nor once closed, by the protocol (ExecutorEnd) or by the SQL
+#    command CLOSE (its executor ends inside that utility statement).
 #
 # And while A's statement holds its reservation (blocked on a lock inside
 # it), so that a client's recorded query does not fit:
@@ -344,6 +345,17 @@ is(guard()->[5] - $g0->[5], 1, 'portal: the second was admitted with a reservati
 admitted_at_once('portal closed');
 unlock(8);
 like(p_until($p, 'Z'), qr/s.*3.*C/, 'portal: it was suspended, then closed, and the DO block ran');
+# ... nor one closed by the SQL command CLOSE (a utility statement, inside
+# which the portal's executor ends).
+$g0 = guard();
+p_send($p, p_parse(rq(10, 0, 0)) . p_bind('p3') . p_execute('p3', 1) . msg('H', ''));
+p_until($p, 's');
+p_send($p, msg('Q', 'CLOSE p3; DO $$BEGIN PERFORM pg_advisory_xact_lock_shared(9); END $$' . "\0"));
+ok(waits_for_lock($p->{pid}, 9, 'CLOSE p3'), 'portal: closed by CLOSE, then its backend waits for a lock');
+is(guard()->[5] - $g0->[5], 1, 'portal: the third was admitted with a reservation');
+admitted_at_once('portal closed by CLOSE');
+unlock(9);
+p_until($p, 'Z');
 p_send($p, msg('Q', "ROLLBACK\0") . msg('X', ''));
 p_until($p, 'Z');
 
