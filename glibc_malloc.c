@@ -127,6 +127,14 @@ static int64 last_statement_mono = 0;	/* the same on the monotonic clock */
  */
 static int	nesting = 0;
 
+/*
+ * The executor of the top-level statement that asked for memory
+ * (memory_wait): its reservation ends when that executor ends, also inside
+ * another statement (a protocol portal closed by the SQL command CLOSE).
+ * Only compared, never followed.
+ */
+static QueryDesc *reserved_desc = NULL;
+
 /* No statement has started since the last top-level transaction end. */
 static bool first_statement = true;
 
@@ -382,6 +390,7 @@ wait_for_memory(QueryDesc *queryDesc, int eflags)
 	queryid = queryDesc->plannedstmt->queryId;
 	if ((need = gm_statements_recorded_peak(queryid)) <= 0)
 		return;
+	reserved_desc = queryDesc;
 	if ((waited = gm_guard_wait_for_memory(need)) > 0)
 		gm_statements_note_wait(queryid, waited);
 }
@@ -417,6 +426,23 @@ chain_ExecutorEnd(QueryDesc *queryDesc)
 }
 
 /*
+ * An executor ended: the top-level statement's, or the one that holds the
+ * reservation for memory, whose portal may be closed inside another
+ * statement (CLOSE).
+ */
+static void
+executor_ended(QueryDesc *queryDesc)
+{
+	if (nesting == 0 || queryDesc == reserved_desc)
+	{
+		reserved_desc = NULL;
+		gm_guard_wait_end();
+	}
+	if (nesting == 0)
+		gm_guard_top_statement_end();
+}
+
+/*
  * Measure the executor's memory before the nodes are shut down (for the
  * view, the statement log, and whether the free heap was reused), then
  * chain, then store the recorded statement with what the shutdown gave
@@ -440,11 +466,7 @@ gm_ExecutorEnd(QueryDesc *queryDesc)
 	if (!end.pending)
 	{
 		chain_ExecutorEnd(queryDesc);
-		if (nesting == 0)
-		{
-			gm_guard_wait_end();
-			gm_guard_top_statement_end();
-		}
+		executor_ended(queryDesc);
 		return;
 	}
 	PG_TRY();
@@ -458,11 +480,7 @@ gm_ExecutorEnd(QueryDesc *queryDesc)
 	}
 	PG_END_TRY();
 	gm_statements_executor_ended(&end, false);
-	if (nesting == 0)
-	{
-		gm_guard_wait_end();
-		gm_guard_top_statement_end();
-	}
+	executor_ended(queryDesc);
 }
 
 /* Count the nesting level around the executor's run, then chain. */
