@@ -1,14 +1,20 @@
-# The memory guard in a real memory cgroup (v1 here), with
-# restart_after_crash = on as in production.  K connections start, at the
-# same moment, a sort whose live memory together exceeds the cgroup's
-# limit.  Without the guard the kernel's OOM killer ends a backend and the
-# server restarts, losing every session; with it, over 10 bursts, the
+# The memory guard in a real memory cgroup (v1 on the CI machines, v2 in
+# scripts/vm's guest), with restart_after_crash = on as in production.  K
+# connections start, at the same moment, a sort whose live memory together
+# exceeds the cgroup's limit.  Without the guard the kernel's OOM killer
+# ends a backend and the server restarts, losing every session (on cgroup
+# v2 with memory.oom.group = 1, the kubelet's setting, the kernel ends the
+# whole cgroup, postmaster included, and the test starts the server again
+# as the kubelet restarts the container); with it, over 10 bursts, the
 # kernel kills nothing and the server never restarts: some sorts get
 # "ERROR: out of memory" with the guard's HINT, the others complete with
 # the right result, and every session runs its next query.
 #
-# Needs a cgroup v1 memory directory writable by the test's user, named by
-# GM_TEST_CGROUP_V1: scripts/test (as root) makes one and removes it.
+# Needs a memory cgroup writable by the test's user: GM_TEST_CGROUP_V1
+# (scripts/test, as root, makes one and removes it) or GM_TEST_CGROUP_V2
+# (scripts/vm check tap, in its guest).  The guest, many times slower,
+# sets GM_TEST_GUARD_LIMIT_MB (the limit, 400), GM_TEST_GUARD_ROWS (rows
+# per sort, 1000000) and GM_TEST_GUARD_BURSTS (10).
 use strict;
 use warnings;
 use FindBin;
@@ -19,23 +25,33 @@ use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(sleep);
 
-my $cg = test_cgroup_v1();
+my $cg = test_cgroup();
+# cgroup v2 memory.oom.group = 1: one OOM kill ends every process in it.
+my $group = cgroup_oom_group($cg);
 
 my $MB = 2**20;
-my $limit = 400 * $MB;
+my $limit = ($ENV{GM_TEST_GUARD_LIMIT_MB} // 400) * $MB;
 my $K = 4;			# each sort peaks near 150 MB: together 1.5 times the limit
+my $rows = $ENV{GM_TEST_GUARD_ROWS} // 1000000;
 my $bursts = $ENV{GM_TEST_GUARD_BURSTS} // 10;
-my $big = "SELECT count(*) FROM (SELECT md5(i::text) FROM generate_series(1, 1000000) i ORDER BY 1) s";
+my $big = "SELECT count(*) FROM (SELECT md5(i::text) FROM generate_series(1, $rows) i ORDER BY 1) s";
 
-sub oom_kills { cgroup_v1_oom_kills($cg) }
+sub oom_kills { cgroup_oom_kills($cg) }
 
 my $node = new_node('guard', "restart_after_crash = on\nshared_buffers = 16MB\n", no_start => 1);
-$node->start;
-enter_cgroup_v1($node, $cg, $limit);
+my $postmaster;
+sub start_in_cgroup
+{
+	$node->start;
+	enter_cgroup($node, $cg, $limit);
+	$postmaster = (split /\n/, slurp_file($node->data_dir . '/postmaster.pid'))[0];
+}
+start_in_cgroup();
 $node->safe_psql('postgres', 'CREATE EXTENSION glibc_malloc');
 
 # One burst: K sessions start the big sort at once, then each runs a small
-# query.  Returns, per session, its stdout and stderr.
+# query.  Returns, per session, its stdout and stderr.  Bounded by
+# PG_TEST_TIMEOUT_DEFAULT (180 s), which a slow machine raises.
 sub burst
 {
 	my @runs;
@@ -47,7 +63,7 @@ sub burst
 			  '-c', "SET work_mem = '1GB'", '-c', $big,
 			  '-c', "SET work_mem = '4MB'", '-c', 'SELECT count(*) FROM generate_series(1, 1000)' ],
 			'<', \undef, '>', \$r{out}, '2>', \$r{err},
-			IPC::Run::timeout(180));
+			IPC::Run::timeout($PostgreSQL::Test::Utils::timeout_default));
 		push @runs, \%r;
 	}
 	for my $r (@runs)
@@ -60,19 +76,42 @@ sub burst
 # 1. Without the guard: the OOM killer ends a backend, the server restarts.
 $node->safe_psql('postgres', "ALTER SYSTEM SET glibc_malloc.memory_guard = off; SELECT pg_reload_conf()");
 sleep 1;
-# glibc_malloc_guard shows the cgroup's count (memory.oom_control's
-# oom_kill), as the monitor last read it: the suite's cgroup is shared, so
+# glibc_malloc_guard shows the cgroup's count (memory.events or
+# memory.oom_control oom_kill), as the monitor last read it: the suite's cgroup is shared, so
 # compare what it rises by.
 sub view_oom_kills { $node->safe_psql('postgres', 'SELECT oom_kills FROM glibc_malloc_guard') }
 my $kills = oom_kills();
 ok(wait_for(sub { view_oom_kills() eq $kills }, 5), "glibc_malloc_guard shows the cgroup's OOM kills ($kills so far)");
 my $view_kills = view_oom_kills();
+my $group_kills = cgroup_oom_group_kills($cg);
 my $offset = -s $node->logfile;
+my $t0 = time;
 burst();
-my $log = wait_for_log_text($node, $offset, qr/all server processes terminated; reinitializing/, 60);
+my $log;
+if ($group)
+{
+	wait_for(sub { !kill 0, $postmaster }, 60);
+}
+else
+{
+	$log = wait_for_log_text($node, $offset, qr/all server processes terminated; reinitializing/, 60);
+}
+note sprintf('without the guard: peak usage %.0f MB of %.0f MB, %d OOM kills; %d s',
+	cgroup_peak($cg) / $MB, $limit / $MB, oom_kills() - $kills, time - $t0);
 cmp_ok(oom_kills(), '>', $kills, 'without the guard the kernel OOM-kills in the cgroup');
-like($log, qr/terminated by signal 9: Killed.*all server processes terminated; reinitializing/s,
-	'and the server restarts, losing every session');
+if ($group)
+{
+	cmp_ok(cgroup_oom_group_kills($cg), '>', $group_kills, 'and it kills the whole cgroup (memory.oom.group = 1, memory.events oom_group_kill)');
+	ok(!kill(0, $postmaster), 'the postmaster with it, losing every session');
+	# As the kubelet restarts the container.
+	$node->stop('immediate', fail_ok => 1);
+	start_in_cgroup();
+}
+else
+{
+	like($log, qr/terminated by signal 9: Killed.*all server processes terminated; reinitializing/s,
+		'and the server restarts, losing every session');
+}
 ok(wait_for(sub { $node->psql('postgres', 'SELECT 1') == 0 }, 60), 'the server comes back');
 ok(wait_for(sub { view_oom_kills() eq oom_kills() }, 10), 'its monitor reads the count again');
 is(view_oom_kills() - $view_kills, oom_kills() - $kills,
@@ -83,6 +122,7 @@ $node->safe_psql('postgres', "ALTER SYSTEM RESET glibc_malloc.memory_guard; SELE
 sleep 1;
 $kills = oom_kills();
 $offset = -s $node->logfile;
+$t0 = time;
 my ($errors, $completed, $wrong, $next_ok, $other) = (0, 0, 0, 0, 0);
 for my $b (1 .. $bursts)
 {
@@ -112,7 +152,7 @@ for my $b (1 .. $bursts)
 	}
 }
 $log = slurp_file($node->logfile, $offset);
-note "with the guard: $bursts bursts of $K sorts: $completed completed, $errors got the guard's ERROR";
+note "with the guard: $bursts bursts of $K sorts: $completed completed, $errors got the guard's ERROR; " . (time - $t0) . ' s';
 is(oom_kills(), $kills, 'with the guard the kernel OOM-kills nothing');
 unlike($log, qr/terminated by signal|all server processes terminated; reinitializing/, 'and the server never restarts');
 cmp_ok($errors, '>=', 1, 'some sorts get ERROR: out of memory with the DETAIL and the HINT');

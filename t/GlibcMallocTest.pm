@@ -14,11 +14,13 @@ use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
 use Time::HiRes qw(usleep);
+use POSIX ();
 
 our @EXPORT = qw(new_node workload seed_sort_table seed_sort glibc_params glibc_var rss_anon
   count_syscalls settings_of parallel_option wait_for check_clean_server test_module
   write_file test_cgroup_v1 enter_cgroup_v1 cgroup_v1_oom_kills wait_for_log_text
-  start_filler);
+  start_filler test_cgroup cgroup_version enter_cgroup cgroup_oom_kills cgroup_oom_group
+  cgroup_oom_group_kills cgroup_limit_hits cgroup_peak);
 
 # A workload's SQL from bench/NAME.sql (shared with the benchmark and the
 # demo), without its final semicolon.
@@ -207,9 +209,152 @@ sub cgroup_v1_oom_kills
 	return (PostgreSQL::Test::Utils::slurp_file("$cg/memory.oom_control") =~ /oom_kill (\d+)/)[0] // 0;
 }
 
+# The memory cgroup the test may use, cgroup v1 or v2: GM_TEST_CGROUP_V2, a
+# cgroup v2 directory with the memory controller on for it, where the test's
+# user may move processes and write memory.max (scripts/vm makes one in its
+# guest, as the kubelet makes a container's), else GM_TEST_CGROUP_V1 (see
+# test_cgroup_v1).  Skips the whole test without either.
+sub test_cgroup
+{
+	my $v2 = $ENV{GM_TEST_CGROUP_V2};
+	return $v2 if $v2 && -w "$v2/cgroup.procs" && -w "$v2/memory.max";
+	my $v1 = $ENV{GM_TEST_CGROUP_V1};
+	plan skip_all => 'needs a writable memory cgroup: a cgroup v1 memory directory in GM_TEST_CGROUP_V1 '
+	  . '(scripts/test makes one when run as root) or a cgroup v2 directory in GM_TEST_CGROUP_V2 '
+	  . "(scripts/vm check tap makes one in its guest)"
+	  unless $v1 && -w "$v1/cgroup.procs" && -w "$v1/memory.limit_in_bytes";
+	return $v1;
+}
+
+# 2 for a cgroup v2 directory (every one has cgroup.controllers), else 1.
+sub cgroup_version { return -e "$_[0]/cgroup.controllers" ? 2 : 1 }
+
+my %peak_sampler;	# cgroup v2 directory => [pid, file]
+
+# Limit the memory cgroup $cg (v1 or v2) to $limit bytes without swap, and
+# move $node's postmaster into it: the backends it forks from then on are
+# charged there.  The cgroup's peak usage (cgroup_peak) starts again.  On
+# cgroup v2 memory.high is lifted (max), and memory.oom.group is left as
+# it is (cgroup_oom_group).
+sub enter_cgroup
+{
+	my ($node, $cg, $limit) = @_;
+	return enter_cgroup_v1($node, $cg, $limit) if cgroup_version($cg) == 1;
+	write_file("$cg/memory.swap.max", 0) if -e "$cg/memory.swap.max";
+	write_file("$cg/memory.high", 'max');
+	write_file("$cg/memory.max", $limit);
+	start_peak_sampler($cg);
+	write_file("$cg/cgroup.procs", (split /\n/, PostgreSQL::Test::Utils::slurp_file($node->data_dir . '/postmaster.pid'))[0]);
+}
+
+# Value $key of a cgroup v2 flat keyed file (memory.events), 0 if absent.
+sub keyed
+{
+	my ($path, $key) = @_;
+	return (PostgreSQL::Test::Utils::slurp_file($path) =~ /^\Q$key\E (\d+)$/m)[0] // 0;
+}
+
+# The OOM kills the kernel counted in the memory cgroup $cg: memory.events
+# oom_kill (v2, the cgroups below it too), memory.oom_control (v1).
+sub cgroup_oom_kills
+{
+	my ($cg) = @_;
+	return cgroup_version($cg) == 2 ? keyed("$cg/memory.events", 'oom_kill') : cgroup_v1_oom_kills($cg);
+}
+
+# The kills of the whole cgroup (memory.events oom_group_kill, v2); 0 on v1.
+sub cgroup_oom_group_kills
+{
+	my ($cg) = @_;
+	return cgroup_version($cg) == 2 ? keyed("$cg/memory.events", 'oom_group_kill') : 0;
+}
+
+# Whether an OOM kill in $cg ends every process in it (cgroup v2
+# memory.oom.group = 1, as the kubelet sets it); never on v1.
+sub cgroup_oom_group
+{
+	my ($cg) = @_;
+	return 0 if cgroup_version($cg) == 1;
+	my $v = PostgreSQL::Test::Utils::slurp_file("$cg/memory.oom.group");
+	return $v =~ /^1/ ? 1 : 0;
+}
+
+# How many times the usage of $cg reached its limit, as the kernel counts
+# them: memory.events max (v2), memory.failcnt (v1).
+sub cgroup_limit_hits
+{
+	my ($cg) = @_;
+	return keyed("$cg/memory.events", 'max') if cgroup_version($cg) == 2;
+	my $v = PostgreSQL::Test::Utils::slurp_file("$cg/memory.failcnt");
+	chomp $v;
+	return $v;
+}
+
+# The peak usage of $cg since enter_cgroup: memory.max_usage_in_bytes (v1);
+# on v2, whose memory.peak cannot be reset before Linux 6.12, the highest
+# memory.current that a process sampling it every 10 ms saw.
+sub cgroup_peak
+{
+	my ($cg) = @_;
+	if (cgroup_version($cg) == 1)
+	{
+		my $v = PostgreSQL::Test::Utils::slurp_file("$cg/memory.max_usage_in_bytes");
+		chomp $v;
+		return $v;
+	}
+	my $s = $peak_sampler{$cg} or die "no peak sampler for $cg (enter_cgroup starts it)";
+	my $v = -s $s->[1] ? PostgreSQL::Test::Utils::slurp_file($s->[1]) : 0;
+	chomp $v;
+	return $v || 0;
+}
+
+sub start_peak_sampler
+{
+	my ($cg) = @_;
+	stop_peak_sampler($cg);
+	my (undef, $file) = tempfile();
+	my $pid = fork // die "fork: $!";
+	if ($pid == 0)
+	{
+		my $max = 0;
+		while (getppid() > 1)
+		{
+			if (open my $fh, '<', "$cg/memory.current")
+			{
+				my $v = <$fh>;
+				close $fh;
+				if (defined $v && $v > $max)
+				{
+					$max = $v + 0;
+					if (open my $out, '>', "$file.new")
+					{
+						print $out "$max\n";
+						close $out;
+						rename "$file.new", $file;
+					}
+				}
+			}
+			usleep(10_000);
+		}
+		POSIX::_exit(0);
+	}
+	$peak_sampler{$cg} = [ $pid, $file ];
+}
+
+sub stop_peak_sampler
+{
+	my ($cg) = @_;
+	my $s = delete $peak_sampler{$cg} or return;
+	kill 'KILL', $s->[0];
+	waitpid($s->[0], 0);
+	unlink $s->[1];
+}
+
+END { local $?; stop_peak_sampler($_) for keys %peak_sampler }
+
 # Another process of the container (a sidecar) that holds $bytes: it moves
-# into the cgroup $cg first, then touches its bytes, so that they are
-# charged there.  Returns its IPC::Run handle (kill_kill it at the end).
+# into the cgroup $cg (v1 or v2) first, then touches its bytes, so that
+# they are charged there.  Returns its IPC::Run handle (kill_kill it at the end).
 sub start_filler
 {
 	my ($cg, $bytes) = @_;
