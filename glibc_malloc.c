@@ -426,18 +426,25 @@ chain_ExecutorEnd(QueryDesc *queryDesc)
 }
 
 /*
- * An executor ended: the top-level statement's, or the one that holds the
- * reservation for memory, whose portal may be closed inside another
- * statement (CLOSE).
+ * An executor ends: the reservation for memory ends with the executor that
+ * took it, whatever ends it (its own statement, another's CLOSE, a Close
+ * message in a pipeline where another portal holds the reservation now),
+ * before its shutdown, which may fail.
  */
 static void
-executor_ended(QueryDesc *queryDesc)
+reservation_executor_end(QueryDesc *queryDesc)
 {
-	if (nesting == 0 || queryDesc == reserved_desc)
+	if (queryDesc == reserved_desc)
 	{
 		reserved_desc = NULL;
 		gm_guard_wait_end();
 	}
+}
+
+/* An executor ended: the top-level statement's end, for the guard. */
+static void
+executor_ended(QueryDesc *queryDesc)
+{
 	if (nesting == 0)
 		gm_guard_top_statement_end();
 }
@@ -457,6 +464,7 @@ gm_ExecutorEnd(QueryDesc *queryDesc)
 	GmStmtEnd	end;
 
 	gm_statements_executor_end(queryDesc, &end);
+	reservation_executor_end(queryDesc);
 
 	if (reuse > 0 && bytes >= reuse)
 	{
@@ -700,6 +708,9 @@ gm_ProcessUtility(GM_PU_ARGS)
 	oom_counted = false;
 	if (top)
 	{
+		/* The last statement's reservation ends (a portal suspended before). */
+		reserved_desc = NULL;
+		gm_guard_wait_end();
 		gm_guard_top_statement_start();
 		/* COPY FROM STDIN reads its rows from the client inside itself. */
 		if (IsA(pstmt->utilityStmt, CopyStmt) &&

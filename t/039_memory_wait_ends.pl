@@ -26,7 +26,11 @@
 #  - a portal of the extended query protocol suspended by a row limit (a
 #    driver's fetch size) holds none while its backend waits for its
 #    client, nor once closed, by the protocol (ExecutorEnd) or by the SQL
-#    command CLOSE (its executor ends inside that utility statement).
+#    command CLOSE (its executor ends inside that utility statement), nor
+#    once a top-level utility statement follows it in the same write;
+#  - in a pipeline (Bind p5, Close p4, Execute p5), closing the older
+#    portal leaves the reservation p5 took: another session's query waits
+#    until p5 ends.
 #
 # And while A's statement holds its reservation (blocked on a lock inside
 # it), so that a client's recorded query does not fit:
@@ -180,7 +184,7 @@ sub admitted_at_once
 
 # Session C holds advisory locks the gates and DO blocks wait for.
 my $c = $node->background_psql('postgres');
-$c->query_safe('SELECT pg_advisory_lock(k) FROM generate_series(1, 9) k');
+$c->query_safe('SELECT pg_advisory_lock(k) FROM generate_series(1, 11) k');
 sub unlock { $c->query_safe("SELECT pg_advisory_unlock($_[0])") }
 
 # Session A: a client's session, with its transaction open throughout.
@@ -355,6 +359,34 @@ ok(waits_for_lock($p->{pid}, 9, 'CLOSE p3'), 'portal: closed by CLOSE, then its 
 is(guard()->[5] - $g0->[5], 1, 'portal: the third was admitted with a reservation');
 admitted_at_once('portal closed by CLOSE');
 unlock(9);
+p_until($p, 'Z');
+# ... nor one suspended, then followed in the same write by a top-level
+# utility statement (a DO block that waits for a lock): the backend never
+# waits for its client in between.
+$g0 = guard();
+p_send($p, p_parse(rq(10, 0, 0)) . p_bind('p4') . p_execute('p4', 1)
+	  . p_parse('DO $$BEGIN PERFORM pg_advisory_xact_lock_shared(10); END $$') . p_bind('') . p_execute('', 0)
+	  . msg('S', ''));
+ok(waits_for_lock($p->{pid}, 10, 'DO'), 'portal: suspended, then a DO block in the same write waits for a lock');
+is(guard()->[5] - $g0->[5], 1, 'portal: the fourth was admitted with a reservation');
+admitted_at_once('portal suspended, then a utility statement');
+unlock(10);
+p_until($p, 'Z');
+# A pipeline: portal p5 is bound (its executor starts: admitted, with a
+# reservation), portal p4 is closed (its executor ends), then p5 runs and
+# waits in its gate: p5 keeps its reservation, so another session's query
+# that fits only without it waits until p5 ends.
+$g0 = guard();
+p_send($p, p_parse(rq(10, 0, 11)) . p_bind('p5') . msg('C', "Pp4\0") . p_execute('p5', 0) . msg('S', ''));
+ok(waits_for_lock($p->{pid}, 11, 'SELECT 1 / (count'), 'pipeline: p5 waits in its gate, p4 closed after p5 was bound');
+is(guard()->[5] - $g0->[5], 1, 'pipeline: p5 was admitted with a reservation');
+$g0 = guard();
+my $other = start_query(rq(10, 0, 0), "SET glibc_malloc.memory_wait = '20s'");
+ok(wait_for(sub { guard()->[3] - $g0->[3] == 1 }, 10), 'pipeline: p5 keeps its reservation: another session\'s query waits');
+unlock(11);
+finish_query($other);
+ok($other->{out} =~ /^0$/m && $other->{err} eq '', 'pipeline: and runs once p5 ended') or diag "$other->{out} $other->{err}";
+is(guard()->[6] - $g0->[6], 0, 'pipeline: admitted, not timed out');
 p_until($p, 'Z');
 p_send($p, msg('Q', "ROLLBACK\0") . msg('X', ''));
 p_until($p, 'Z');
