@@ -108,26 +108,7 @@ is($g->[0], 'f', 'the guard is not engaged before the bursts');
 cmp_ok($fit, '>=', 2, 'at least 2 sorts fit at once');
 cmp_ok(1.25 * $big_peak, '<', $room, 'the big sort fits the room of a calm server');
 
-# A query started now in its own session; returns its handle and outputs.
-sub start_query
-{
-	my ($sql, @settings) = @_;
-	my %r = (out => '', err => '', sql => $sql);
-	$r{h} = IPC::Run::start(
-		[ 'psql', '-X', '-At', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('postgres'),
-		  (map { ('-c', $_) } @settings, $sql) ],
-		'<', \undef, '>', \$r{out}, '2>', \$r{err}, IPC::Run::timeout(300));
-	$r{started} = time;
-	return \%r;
-}
-
-sub finish_query
-{
-	my ($r) = @_;
-	eval { $r->{h}->finish; 1 } or $r->{err} .= "timed out\n";
-	$r->{secs} = ($r->{ended} // time) - $r->{started};
-	return $r;
-}
+sub start_query { GlibcMallocTest::start_query($node, @_) }
 
 # A session that watches pg_stat_activity for waiters.
 my $watch = $node->background_psql('postgres');

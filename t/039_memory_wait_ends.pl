@@ -141,26 +141,7 @@ sub room_ok
 }
 room_ok('set up');
 
-# A statement started now in its own session; returns its handle and outputs.
-sub start_query
-{
-	my ($sql, @settings) = @_;
-	my %r = (out => '', err => '', sql => $sql);
-	$r{h} = IPC::Run::start(
-		[ 'psql', '-X', '-At', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('postgres'),
-		  (map { ('-c', $_) } @settings, $sql) ],
-		'<', \undef, '>', \$r{out}, '2>', \$r{err}, IPC::Run::timeout(120));
-	$r{started} = time;
-	return \%r;
-}
-
-sub finish_query
-{
-	my ($r) = @_;
-	eval { $r->{h}->finish; 1 } or $r->{err} .= "timed out\n";
-	$r->{secs} = time - $r->{started};
-	return $r;
-}
+sub start_query { GlibcMallocTest::start_query($node, @_) }
 
 # Another session's recorded query, which fits only if no other
 # reservation is outstanding: admitted at once (memory_wait long enough

@@ -20,7 +20,7 @@ our @EXPORT = qw(new_node workload seed_sort_table seed_sort glibc_params glibc_
   count_syscalls settings_of parallel_option wait_for check_clean_server test_module
   write_file test_cgroup_v1 enter_cgroup_v1 cgroup_v1_oom_kills wait_for_log_text
   start_filler test_cgroup cgroup_version enter_cgroup cgroup_oom_kills cgroup_oom_group
-  cgroup_oom_group_kills cgroup_limit_hits cgroup_peak);
+  cgroup_oom_group_kills cgroup_limit_hits cgroup_peak finish_query);
 
 # A workload's SQL from bench/NAME.sql (shared with the benchmark and the
 # demo), without its final semicolon.
@@ -390,6 +390,30 @@ sub wait_for_log_text
 	my $log;
 	wait_for(sub { ($log = PostgreSQL::Test::Utils::slurp_file($node->logfile, $offset)) =~ $re }, $seconds // 30);
 	return $log;
+}
+
+# A query started now on $node in a psql of its own, its settings (SET
+# ...) first; returns its handle and outputs (out, err), for finish_query.
+sub start_query
+{
+	my ($node, $sql, @settings) = @_;
+	my %r = (out => '', err => '', sql => $sql);
+	$r{h} = IPC::Run::start(
+		[ 'psql', '-X', '-At', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('postgres'),
+		  (map { ('-c', $_) } @settings, $sql) ],
+		'<', \undef, '>', \$r{out}, '2>', \$r{err}, IPC::Run::timeout(300));
+	$r{started} = Time::HiRes::time();
+	return \%r;
+}
+
+# Wait for a query of start_query to end: its seconds (to its end, when
+# the caller noted it in {ended}), "timed out" in its err after 300 s.
+sub finish_query
+{
+	my ($r) = @_;
+	eval { $r->{h}->finish; 1 } or $r->{err} .= "timed out\n";
+	$r->{secs} = ($r->{ended} // Time::HiRes::time()) - $r->{started};
+	return $r;
 }
 
 1;
