@@ -74,11 +74,7 @@ cmp_ok($peak, '>=', 30 * $MB, 'the sort is about 50 MB');
 my @fillers;
 sub fill { push @fillers, start_filler($cg, $_[0]) }
 
-sub guard
-{
-	[ split /\|/, $node->safe_psql('postgres',
-		'SELECT engaged, usage_bytes, target_bytes, waits, wait_time, admissions, wait_timeouts, guard_errors, wait_skips FROM glibc_malloc_guard') ]
-}
+sub guard { guard_counts($node) }
 sub room { my $g = guard(); return $g->[2] - $g->[1] }
 
 # A calm server, the guard not engaged, with room up to the guard's target

@@ -113,11 +113,7 @@ sub stmt
 my @fillers;
 sub fill { push @fillers, start_filler($cg, $_[0]) }
 
-sub guard
-{
-	[ split /\|/, $node->safe_psql('postgres',
-		'SELECT engaged, usage_bytes, target_bytes, waits, wait_time, admissions, wait_timeouts, guard_errors, wait_skips FROM glibc_malloc_guard') ]
-}
+sub guard { guard_counts($node) }
 sub room { my $g = guard(); return $g->[2] - $g->[1] }
 
 # The room up to the target: 1.5 times the need (one reservation fits,

@@ -20,7 +20,7 @@ our @EXPORT = qw(new_node workload seed_sort_table seed_sort glibc_params glibc_
   count_syscalls settings_of parallel_option wait_for check_clean_server test_module
   write_file test_cgroup_v1 enter_cgroup_v1 cgroup_v1_oom_kills wait_for_log_text
   start_filler test_cgroup cgroup_version enter_cgroup cgroup_oom_kills cgroup_oom_group
-  cgroup_oom_group_kills cgroup_limit_hits cgroup_peak finish_query);
+  cgroup_oom_group_kills cgroup_limit_hits cgroup_peak finish_query guard_counts);
 
 # A workload's SQL from bench/NAME.sql (shared with the benchmark and the
 # demo), without its final semicolon.
@@ -414,6 +414,16 @@ sub finish_query
 	eval { $r->{h}->finish; 1 } or $r->{err} .= "timed out\n";
 	$r->{secs} = ($r->{ended} // Time::HiRes::time()) - $r->{started};
 	return $r;
+}
+
+# glibc_malloc_guard's row on $node, as an array: engaged, usage_bytes,
+# target_bytes, waits, wait_time, admissions, wait_timeouts, guard_errors,
+# wait_skips.
+sub guard_counts
+{
+	my ($node) = @_;
+	return [ split /\|/, $node->safe_psql('postgres',
+		'SELECT engaged, usage_bytes, target_bytes, waits, wait_time, admissions, wait_timeouts, guard_errors, wait_skips FROM glibc_malloc_guard') ];
 }
 
 1;
