@@ -93,8 +93,10 @@
 /* A query whose recorded peak is smaller does not wait (the reserve covers it). */
 #define GM_WAIT_MIN_NEED		((int64) 1024 * 1024)
 
-/* GUC glibc_malloc.memory_wait, ms; 0 = no wait (the statement runs at once,
- * with a reservation where it fits). */
+/*
+ * GUC glibc_malloc.memory_wait, ms; 0 = no wait (the statement runs at
+ * once, with a reservation where it fits).
+ */
 static int	memory_wait = 30000;
 
 /* This process's statement is queued or admitted (gm_shmem_wait_leave due). */
