@@ -443,7 +443,7 @@ reservation_executor_end(QueryDesc *queryDesc)
 
 /* An executor ended: the top-level statement's end, for the guard. */
 static void
-executor_ended(QueryDesc *queryDesc)
+executor_ended(void)
 {
 	if (nesting == 0)
 		gm_guard_top_statement_end();
@@ -474,7 +474,7 @@ gm_ExecutorEnd(QueryDesc *queryDesc)
 	if (!end.pending)
 	{
 		chain_ExecutorEnd(queryDesc);
-		executor_ended(queryDesc);
+		executor_ended();
 		return;
 	}
 	PG_TRY();
@@ -488,7 +488,7 @@ gm_ExecutorEnd(QueryDesc *queryDesc)
 	}
 	PG_END_TRY();
 	gm_statements_executor_ended(&end, false);
-	executor_ended(queryDesc);
+	executor_ended();
 }
 
 /* Count the nesting level around the executor's run, then chain. */
