@@ -64,7 +64,7 @@ sub watch
 	my ($d) = @_;
 	$node->safe_psql('postgres', "ALTER SYSTEM SET glibc_malloc.monitor_cgroup = '$d'; SELECT pg_reload_conf()");
 	my $since = $node->safe_psql('postgres', 'SELECT now()');
-	wait_for(sub { $node->safe_psql('postgres', "SELECT checked_at > '$since' FROM glibc_malloc_monitor") eq 't' }, 5);
+	wait_for(sub { $node->safe_psql('postgres', "SELECT checked_at > '$since' FROM glibc_malloc_monitor") eq 't' }, 15);
 }
 
 # A greedy session that ran two big sorts and went idle: about 13 MB of
@@ -75,7 +75,7 @@ sub holder
 	my $pid = $s->query_safe('SELECT pg_backend_pid()');
 	$s->query_safe("$big_sort; $big_sort");
 	$s->query_safe('SELECT 1');
-	wait_for(sub { $node->safe_psql('postgres', "SELECT free_bytes > 8 * 2^20 FROM glibc_malloc_backends WHERE pid = $pid") eq 't' }, 5);
+	wait_for(sub { $node->safe_psql('postgres', "SELECT free_bytes > 8 * 2^20 FROM glibc_malloc_backends WHERE pid = $pid") eq 't' }, 15);
 	return ($s, $pid);
 }
 
@@ -86,7 +86,7 @@ sub remote_trims
 }
 
 # It runs, as its own process.
-ok(wait_for(sub { $node->safe_psql('postgres', 'SELECT checked_at IS NOT NULL FROM glibc_malloc_monitor') eq 't' }, 5),
+ok(wait_for(sub { $node->safe_psql('postgres', 'SELECT checked_at IS NOT NULL FROM glibc_malloc_monitor') eq 't' }, 15),
 	'the monitor has looked');
 my $m = monitor();
 ok($m->{pid} && -d "/proc/$m->{pid}", 'the monitor runs');
@@ -121,13 +121,13 @@ is(remote_trims($pid1), 0, 'nothing trimmed');
 # memory.high below memory.max is the limit; 95% of it is pressure.
 my $log_offset = -s $node->logfile;
 cgroup_v2("$dir/v2", current => 855 * $MB, high => 900 * $MB, max => 1000 * $MB);
-ok(wait_for(sub { remote_trims($pid1) >= 1 }, 5), 'at 95% of memory.high the monitor trims the greedy backend');
+ok(wait_for(sub { remote_trims($pid1) >= 1 }, 15), 'at 95% of memory.high the monitor trims the greedy backend');
 $m = monitor();
 is($m->{limit_bytes}, 900 * $MB, 'memory.high, being lower, is the limit');
 is($m->{under_pressure}, 'true', 'under pressure');
 ok($m->{rounds} >= 1 && $m->{backends_asked} >= 1, "a round that asked ($m->{rounds}, $m->{backends_asked})");
 like($m->{last_action}, qr/cgroup v2 memory usage 855 MB is 95% of its 900 MB limit/, 'the last action says why');
-ok(wait_for(sub { monitor()->{returned_bytes} > 8 * $MB }, 3), 'what the backend returned is measured');
+ok(wait_for(sub { monitor()->{returned_bytes} > 8 * $MB }, 15), 'what the backend returned is measured');
 my $log = slurp_file($node->logfile, $log_offset);
 like($log, qr/LOG:  glibc_malloc memory monitor: asked \d+ backends? to return \d+ [kM]B of free heap\n.*DETAIL:  cgroup v2 memory usage 855 MB is 95% of its 900 MB limit \(acting at 90%, until below 85%\)/,
 	'logged at LOG: how many backends, how many bytes, and why');
@@ -137,8 +137,8 @@ cgroup_v2("$dir/v2", current => 783 * $MB, high => 900 * $MB);	# 87%
 sleep 1;
 is(monitor()->{under_pressure}, 'true', '87%: still under pressure (ends below 85%)');
 cgroup_v2("$dir/v2", current => 720 * $MB, high => 900 * $MB);	# 80%
-ok(wait_for(sub { monitor()->{under_pressure} eq 'false' }, 3), '80%: the pressure is over');
-ok(wait_for(sub { slurp_file($node->logfile, $log_offset) =~ /memory pressure over after [\d.]+ s: cgroup v2 usage 720 MB is 80% of the 900 MB limit/ }, 3),
+ok(wait_for(sub { monitor()->{under_pressure} eq 'false' }, 15), '80%: the pressure is over');
+ok(wait_for(sub { slurp_file($node->logfile, $log_offset) =~ /memory pressure over after [\d.]+ s: cgroup v2 usage 720 MB is 80% of the 900 MB limit/ }, 15),
 	'and that is logged');
 like(slurp_file($node->logfile, $log_offset), qr/DETAIL:  \d+ rounds; the backends asked returned \d+ [kM]B\./, 'with what the backends returned');
 
@@ -149,11 +149,11 @@ my ($s3, $pid3) = holder();
 my %before = map { $_ => remote_trims($_) } ($pid1, $pid2, $pid3);
 $log_offset = -s $node->logfile;
 cgroup_v2("$dir/v2", current => 91 * $MB, max => 100 * $MB);
-ok(wait_for(sub { slurp_file($node->logfile, $log_offset) =~ /asked \d+ backends?/ }, 3), 'pressure again at 91%');
+ok(wait_for(sub { slurp_file($node->logfile, $log_offset) =~ /asked \d+ backends?/ }, 15), 'pressure again at 91%');
 cgroup_v2("$dir/v2", current => 10 * $MB, max => 100 * $MB);
 like(slurp_file($node->logfile, $log_offset), qr/asked 1 backend to return \d+ [kM]B of free heap\n.*DETAIL:  cgroup v2 memory usage 91 MB is 91% of its 100 MB limit/,
 	'a need of 6 MB asks one backend, not all three');
-ok(wait_for(sub { monitor()->{under_pressure} eq 'false' }, 3), 'over again');
+ok(wait_for(sub { monitor()->{under_pressure} eq 'false' }, 15), 'over again');
 
 # PSI alone, without a limit: half of the free heap, once per 10 s.
 $_->query_safe("$big_sort; $big_sort; SELECT 1") for ($s1, $s2, $s3);
@@ -161,7 +161,7 @@ sleep 1.5;
 %before = map { $_ => remote_trims($_) } ($pid1, $pid2, $pid3);
 cgroup_v2("$dir/psi", current => 900 * $MB, psi => 25);
 watch("$dir/psi");
-ok(wait_for(sub { grep { remote_trims($_) > $before{$_} } ($pid1, $pid2, $pid3) }, 3), 'PSI some avg10 25%: a round');
+ok(wait_for(sub { grep { remote_trims($_) > $before{$_} } ($pid1, $pid2, $pid3) }, 15), 'PSI some avg10 25%: a round');
 $m = monitor();
 is($m->{limit_bytes}, undef, 'memory.max "max": no limit');
 is($m->{psi_some_avg10}, 25, 'PSI read from memory.pressure');
@@ -179,17 +179,18 @@ $m = monitor();
 is($m->{source}, 'cgroup v1', 'memory.limit_in_bytes: cgroup v1');
 is($m->{limit_bytes}, undef, "v1's page-counter maximum means no limit");
 write_files("$dir/v1", 'memory.limit_in_bytes' => 1000 * $MB . "\n");
-ok(wait_for(sub { (monitor()->{limit_bytes} // 0) == 1000 * $MB }, 3), 'a v1 limit is read');
+ok(wait_for(sub { (monitor()->{limit_bytes} // 0) == 1000 * $MB }, 15), 'a v1 limit is read');
 is(monitor()->{usage_bytes}, 400 * $MB, 'the usage is usage_in_bytes minus total_active_file and total_inactive_file');
 
 # Turned off, it reads but never acts.
 my $rounds = monitor()->{rounds};
 $node->safe_psql('postgres', "ALTER SYSTEM SET glibc_malloc.memory_monitor = off; SELECT pg_reload_conf()");
+# The monitor reads the reload at its next look: wait for it, then go over
+# the limit (a slow machine took more than 1.5 s to show the reload).
+ok(wait_for(sub { monitor()->{enabled} eq 'false' }, 15), 'memory_monitor = off');
 write_files("$dir/v1", 'memory.usage_in_bytes' => 1100 * $MB . "\n");
 sleep 1.5;
-$m = monitor();
-is($m->{enabled}, 'false', 'memory_monitor = off');
-is($m->{rounds}, $rounds, 'off: no round even over the limit');
+is(monitor()->{rounds}, $rounds, 'off: no round even over the limit');
 $node->safe_psql('postgres', "ALTER SYSTEM RESET glibc_malloc.memory_monitor; SELECT pg_reload_conf()");
 write_files("$dir/v1", 'memory.usage_in_bytes' => 100 * $MB . "\n");
 
@@ -213,7 +214,7 @@ $_->quit for ($s1, $s2, $s3);
 
 # The cap: sixteen greedy backends keep about 150 MB of free heap together;
 # with max_total_free = 64MB, they keep at most 64 MB plus one backend's
-# worth within 2 s of going idle, in the view and in /proc.
+# worth soon after going idle, in the view and in /proc.
 $node->safe_psql('postgres', "ALTER SYSTEM SET glibc_malloc.max_total_free = '64MB'; SELECT pg_reload_conf()");
 my (@sessions, @pids, %start);
 for (1 .. 16)
@@ -232,8 +233,8 @@ my $sum_free = sub {
 	$node->safe_psql('postgres', "SELECT sum(least(free_bytes, greatest(rss_anon_bytes - in_use_bytes, 0))) FROM glibc_malloc_backends WHERE pid IN ($list)");
 };
 my $proc_free = sub { my $t = 0; $t += rss_anon($_) - $start{$_} for @pids; $t };
-ok(wait_for(sub { monitor()->{total_free_bytes} <= 64 * $MB + $one && $proc_free->() <= 64 * $MB + $one }, 2),
-	'within 2 s: at most 64 MB plus one backend of free heap');
+ok(wait_for(sub { monitor()->{total_free_bytes} <= 64 * $MB + $one && $proc_free->() <= 64 * $MB + $one }, 15),
+	'soon after: at most 64 MB plus one backend of free heap');
 note sprintf('%.1f s after the sorts: monitor total %.1f MB, view %.1f MB, RssAnon growth in /proc %.1f MB',
 	time - $done, monitor()->{total_free_bytes} / $MB, $sum_free->() / $MB, $proc_free->() / $MB);
 cmp_ok($sum_free->(), '<=', 64 * $MB + $one, 'the view agrees');
@@ -265,13 +266,13 @@ my $cap = int($bfree / 1024) + 1024;    # kB: B's free heap plus 1 MB
 my $rounds0 = monitor()->{rounds};
 $node->safe_psql('postgres', "ALTER SYSTEM SET glibc_malloc.max_total_free = '${cap}kB'; SELECT pg_reload_conf()");
 my $t0 = time;
-ok(wait_for(sub { remote_trims($bpid) >= 1 }, 4), sprintf('B is asked and trims within %.1f s', time - $t0));
+ok(wait_for(sub { remote_trims($bpid) >= 1 }, 15), sprintf('B is asked and trims within %.1f s', time - $t0));
 is($a->query_safe('SELECT remote_trims FROM glibc_malloc_stats()'), 0, 'A, idle in its transaction, has not served');
-ok(wait_for(sub { monitor()->{total_free_bytes} <= $afree + 2 * $MB }, 3),
+ok(wait_for(sub { monitor()->{total_free_bytes} <= $afree + 2 * $MB }, 15),
 	sprintf('the total falls to what A alone holds (%.1f MB)', monitor()->{total_free_bytes} / $MB));
 $a->query_safe('COMMIT');
-ok(wait_for(sub { $a->query_safe('SELECT remote_trims FROM glibc_malloc_stats()') >= 1 }, 3), 'A serves after its COMMIT');
-ok(wait_for(sub { monitor()->{total_free_bytes} <= $cap * 1024 }, 3), 'and the total is under the cap');
+ok(wait_for(sub { $a->query_safe('SELECT remote_trims FROM glibc_malloc_stats()') >= 1 }, 15), 'A serves after its COMMIT');
+ok(wait_for(sub { monitor()->{total_free_bytes} <= $cap * 1024 }, 15), 'and the total is under the cap');
 $node->safe_psql('postgres', "ALTER SYSTEM RESET glibc_malloc.max_total_free; SELECT pg_reload_conf()");
 $_->quit for ($a, $b);
 
@@ -291,17 +292,17 @@ cgroup_v2("$dir/ev2", current => 100 * $MB, max => 1000 * $MB);
 watch("$dir/ev2");
 is(guard_row()->{oom_kills}, undef, 'cgroup v2 without memory.events: oom_kills NULL');
 write_files("$dir/ev2", 'memory.events' => "low 0\nhigh 7\nmax 12\noom 3\noom_kill 2\noom_group_kill 1\n");
-ok(wait_for(sub { (guard_row()->{oom_kills} // -1) == 2 }, 3), 'cgroup v2: oom_kills from memory.events');
+ok(wait_for(sub { (guard_row()->{oom_kills} // -1) == 2 }, 15), 'cgroup v2: oom_kills from memory.events');
 is(guard_row()->{oom_group_kills}, 1, 'and oom_group_kills');
 write_files("$dir/ev2", 'memory.events' => "low 0\nhigh 7\nmax 12\noom 4\noom_kill 3\n");
-ok(wait_for(sub { (guard_row()->{oom_kills} // -1) == 3 }, 3), 'a new kill is counted at the next look');
+ok(wait_for(sub { (guard_row()->{oom_kills} // -1) == 3 }, 15), 'a new kill is counted at the next look');
 is(guard_row()->{oom_group_kills}, undef, 'a kernel without oom_group_kill: NULL');
 write_files("$dir/v1", 'memory.oom_control' => "oom_kill_disable 0\nunder_oom 0\noom_kill 5\n");
 watch("$dir/v1");
-ok(wait_for(sub { (guard_row()->{oom_kills} // -1) == 5 }, 3), 'cgroup v1: oom_kills from memory.oom_control');
+ok(wait_for(sub { (guard_row()->{oom_kills} // -1) == 5 }, 15), 'cgroup v1: oom_kills from memory.oom_control');
 is(guard_row()->{oom_group_kills}, undef, 'cgroup v1 has no group kills: NULL');
 write_files("$dir/v1", 'memory.oom_control' => "oom_kill_disable 0\nunder_oom 0\n");
-ok(wait_for(sub { !defined guard_row()->{oom_kills} }, 3), 'cgroup v1 before kernel 4.13 (no oom_kill line): NULL');
+ok(wait_for(sub { !defined guard_row()->{oom_kills} }, 15), 'cgroup v1 before kernel 4.13 (no oom_kill line): NULL');
 chmod 0, "$dir/v1/memory.oom_control";
 sleep 0.6;
 ok(!defined guard_row()->{oom_kills} && monitor()->{pid}, 'an unreadable file: NULL, and the monitor goes on');
@@ -337,11 +338,11 @@ like($err, qr/invalid value for parameter "glibc_malloc.memory_guard": "maybe"\n
 	'a bad value is refused, naming the values (not the hidden spellings)');
 $node->safe_psql('postgres', "ALTER SYSTEM SET glibc_malloc.memory_guard = 'on'; SELECT pg_reload_conf()");
 is($node->safe_psql('postgres', 'SHOW glibc_malloc.memory_guard'), 'cgroup', 'ALTER SYSTEM SET memory_guard = on (as 1.6 wrote it): cgroup');
-ok(wait_for(sub { my $g = guard_row(); ($g->{enabled} // '') eq 'true' && defined $g->{target_bytes} }, 3),
+ok(wait_for(sub { my $g = guard_row(); ($g->{enabled} // '') eq 'true' && defined $g->{target_bytes} }, 15),
 	'the guard covers a cgroup limit: enabled, with a target');
 is(guard_row()->{engaged}, 'false', 'not engaged at 10%');
 $node->safe_psql('postgres', "ALTER SYSTEM SET glibc_malloc.memory_guard = off; SELECT pg_reload_conf()");
-ok(wait_for(sub { my $g = guard_row(); ($g->{enabled} // '') eq 'false' && !defined $g->{target_bytes} }, 3),
+ok(wait_for(sub { my $g = guard_row(); ($g->{enabled} // '') eq 'false' && !defined $g->{target_bytes} }, 15),
 	'off: not enabled, no target');
 
 # Without a cgroup limit (the machine's, source system), the guard acts
@@ -356,7 +357,7 @@ SKIP:
 	my $g = guard_row();
 	ok($g->{enabled} eq 'true' && !defined $g->{target_bytes}, 'cgroup on a whole machine: enabled, but no target (it does not act)');
 	$node->safe_psql('postgres', "ALTER SYSTEM SET glibc_malloc.memory_guard = machine; SELECT pg_reload_conf()");
-	ok(wait_for(sub { defined guard_row()->{target_bytes} }, 3), 'machine: the guard has a target');
+	ok(wait_for(sub { defined guard_row()->{target_bytes} }, 15), 'machine: the guard has a target');
 	$g = guard_row();
 	is($g->{limit_bytes}, $mi{MemTotal} * 1024, 'the limit is MemTotal');
 	is($g->{target_bytes}, $mi{MemTotal} * 1024 - int(0.05 * $mi{MemTotal} * 1024), 'the target 5% below it');
