@@ -39,7 +39,8 @@
  *						else where it is reported) and, under the
  *						module's limits, gets a HINT (emit_log_hook)
  *	statements			(planner, executor and ProcessUtility hooks, which
- *						keep the nesting level as pg_stat_statements does)
+ *						keep the nesting level as pg_stat_statements does,
+ *						and count ExecutorStart's SPI as nested too)
  *						each statement's memory into glibc_malloc_statements
  *	settings change		(assign hooks, also at GUC rollback) re-plan: at once
  *						if that only sets the timer, else at the next
@@ -395,7 +396,7 @@ wait_for_memory(QueryDesc *queryDesc, int eflags)
 		gm_statements_note_wait(queryid, waited);
 }
 
-/* Let presets follow work_mem before the query runs, then chain. */
+/* Admit a top-level query, let presets follow work_mem, then chain one level down. */
 static void
 gm_ExecutorStart(QueryDesc *queryDesc, int eflags)
 {
@@ -409,10 +410,25 @@ gm_ExecutorStart(QueryDesc *queryDesc, int eflags)
 	statement_start();
 	gm_doctor_statement_start(queryDesc);
 	gm_statements_executor_start(queryDesc, eflags, nesting);
-	if (prev_ExecutorStart)
-		prev_ExecutorStart(queryDesc, eflags);
-	else
-		standard_ExecutorStart(queryDesc, eflags);
+
+	/*
+	 * What runs while the executor starts (a function in initial partition
+	 * pruning, through SPI) is nested: it neither ends this statement's
+	 * reservation nor waits for memory nor counts as top-level.
+	 */
+	nesting++;
+	PG_TRY();
+	{
+		if (prev_ExecutorStart)
+			prev_ExecutorStart(queryDesc, eflags);
+		else
+			standard_ExecutorStart(queryDesc, eflags);
+	}
+	PG_FINALLY();
+	{
+		nesting--;
+	}
+	PG_END_TRY();
 }
 
 /* Chain ExecutorEnd: the executor's shutdown. */

@@ -386,6 +386,25 @@ $r = row_for('SELECT inner_sort()', ' AND s.toplevel');
 cmp_ok($r->{max_exec}, '>', 0.8 * $sort_kb * 1024,
 	'with top: the calling statement\'s peak includes the nested sort');
 
+# A statement run while the executor starts (a stable PL/pgSQL function in
+# a partitioned table's initial pruning) is nested, not top-level: with
+# track_statements = top it has no row, and the outer query has its own.
+$node->safe_psql('postgres', q{CREATE TABLE pruned (k int, v text) PARTITION BY LIST (k);
+	CREATE TABLE pruned_1 PARTITION OF pruned FOR VALUES IN (1);
+	CREATE TABLE pruned_2 PARTITION OF pruned FOR VALUES IN (2);
+	CREATE FUNCTION prune_key() RETURNS int STABLE LANGUAGE plpgsql AS
+	$$ DECLARE n int; BEGIN SELECT count(*) AS prune_marker INTO n FROM pg_am WHERE amname = 'btree'; RETURN n; END $$});
+$node->safe_psql('postgres', 'SELECT glibc_malloc_statements_reset()');
+my $pruning = $node->safe_psql('postgres', "SET pg_stat_statements.track = 'all'; SET plan_cache_mode = force_generic_plan;
+	EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) SELECT * FROM pruned WHERE k = prune_key();
+	SELECT count(*) AS prune_outer FROM pruned WHERE k = prune_key()");
+like($pruning, qr/Subplans Removed: 1/, 'the function runs in the executor\'s initial pruning');
+is($node->safe_psql('postgres', q{SELECT count(*) FROM glibc_malloc_statements s
+	JOIN pg_stat_statements p USING (userid, dbid, queryid) WHERE p.query LIKE 'SELECT count(*) AS prune_marker%'}), 0,
+	'track_statements = top: the function\'s statement, run while the executor starts, has no row');
+ok(row_for('SELECT count(*) AS prune_outer FROM pruned WHERE k = prune_key()', ' AND s.toplevel'),
+	'the outer statement has its top-level row');
+
 # Statements that failed inside a PL/pgSQL EXCEPTION block free their place:
 # with track_statements = all, 40 of them in one transaction (more than the
 # 16 statements that can run nested) leave the next nested statement recorded.
