@@ -69,7 +69,8 @@ CREATE FUNCTION glibc_malloc_guard(
     OUT wait_time double precision,
     OUT admissions bigint,
     OUT wait_timeouts bigint,
-    OUT wait_skips bigint)
+    OUT wait_skips bigint,
+    OUT unreserved_runs bigint)
 RETURNS record
 AS 'MODULE_PATHNAME', 'glibc_malloc_guard'
 LANGUAGE C STRICT VOLATILE PARALLEL RESTRICTED;

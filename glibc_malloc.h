@@ -359,6 +359,8 @@ typedef enum GmWaitCount
 	GM_WAIT_TIMEOUTS,			/* waits that ran out of memory_wait */
 	GM_WAIT_SKIPS,				/* statements that ran at once: their need is
 								 * above what could ever free */
+	GM_WAIT_UNRESERVED,			/* memory_wait = 0: ran at once, without a
+								 * reservation, their need not fitting */
 	GM_NWAIT_COUNTS
 } GmWaitCount;
 struct GmAdmitWaiter;

@@ -407,6 +407,8 @@ gm_guard_wait_for_memory(int64 need)
 			gm_shmem_wait_unlock();
 			if (wait_entered)
 				gm_shmem_wait_note_base();
+			else
+				gm_shmem_wait_count(GM_WAIT_UNRESERVED, 1);
 			return 0;
 	}
 	gm_shmem_wait_count(GM_WAIT_WAITS, 1);

@@ -1732,8 +1732,8 @@ glibc_malloc_guard(PG_FUNCTION_ARGS)
 {
 	GmMonitorState c;
 	TupleDesc	tupdesc;
-	Datum		values[22];
-	bool		nulls[22] = {0};
+	Datum		values[23];
+	bool		nulls[23] = {0};
 	int64		waits[GM_NWAIT_COUNTS];
 	int64		cap_errors;
 	int64		guard_errors;
@@ -1742,10 +1742,10 @@ glibc_malloc_guard(PG_FUNCTION_ARGS)
 
 	/*
 	 * 13 columns before 1.7; 1.7 added reserve_bytes, reserve_shrunk,
-	 * oom_kills, oom_group_kills and memory_wait's five counts.
+	 * oom_kills, oom_group_kills and memory_wait's six counts.
 	 */
 	monitor_state_for_sql(fcinfo, &c, &tupdesc, -1);
-	if (tupdesc->natts != 13 && tupdesc->natts != 22)
+	if (tupdesc->natts != 13 && tupdesc->natts != 23)
 		elog(ERROR, "incorrect number of output arguments");
 	gm_shmem_oom_counts(&cap_errors, &guard_errors);
 	gm_guard_levels(c.limit_bytes, &lv);
@@ -1777,7 +1777,7 @@ glibc_malloc_guard(PG_FUNCTION_ARGS)
 		values[j] = BoolGetDatum(c.guard_reserve_shrunk);
 		nulls[j++] = !c.guard_engaged;
 	}
-	if (tupdesc->natts >= 22)
+	if (tupdesc->natts >= 23)
 	{
 		values[j] = Int64GetDatum(c.oom_kills);
 		nulls[j++] = c.oom_kills < 0 || c.checked_at == 0;
@@ -1790,6 +1790,7 @@ glibc_malloc_guard(PG_FUNCTION_ARGS)
 		values[j++] = Int64GetDatum(waits[GM_WAIT_ADMISSIONS]);
 		values[j++] = Int64GetDatum(waits[GM_WAIT_TIMEOUTS]);
 		values[j++] = Int64GetDatum(waits[GM_WAIT_SKIPS]);
+		values[j++] = Int64GetDatum(waits[GM_WAIT_UNRESERVED]);
 	}
 	Assert(j == tupdesc->natts);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));

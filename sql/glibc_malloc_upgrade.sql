@@ -123,6 +123,7 @@ SELECT has_table_privilege('public', 'glibc_malloc_monitor', 'select') AS public
 -- glibc_malloc.memory_wait: glibc_malloc_guard counts the waits for memory,
 -- glibc_malloc_statements each query's.
 SELECT waits >= 0 AS waits, wait_time >= 0 AS wait_time, admissions >= 0 AS admissions,
-       wait_timeouts >= 0 AS timeouts, wait_skips >= 0 AS skips FROM glibc_malloc_guard;
+       wait_timeouts >= 0 AS timeouts, wait_skips >= 0 AS skips,
+       unreserved_runs >= 0 AS unreserved FROM glibc_malloc_guard;
 SELECT count(*) >= 0 AS reads FROM glibc_malloc_statements WHERE waits >= 0 AND wait_time >= 0;
 SELECT has_table_privilege('public', 'glibc_malloc_statements', 'select') AS public_may_read;

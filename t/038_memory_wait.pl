@@ -198,6 +198,9 @@ is($after0->[3] - $before0->[3], 0, 'nobody waited (glibc_malloc_guard.waits)');
 is($seen0, 0, 'and nobody was seen waiting in pg_stat_activity');
 cmp_ok($after0->[5] - $before0->[5], '>=', $fit * $bursts,
 	'the first sorts of each burst were admitted at once, with a reservation (admissions)');
+my $unreserved0 = $after0->[9] - $before0->[9];
+cmp_ok($unreserved0, '>', 0, "the others ran at once without a reservation (unreserved_runs: $unreserved0)");
+cmp_ok($unreserved0 + $after0->[5] - $before0->[5], '<=', $K * $bursts, 'each sort admitted or unreserved, not both');
 
 # 2. With memory_wait long enough, nearly all complete.
 my $before = guard();
@@ -219,6 +222,7 @@ cmp_ok($seen1, '>', 0, 'and were seen waiting, with their own wait event type, i
 cmp_ok($wait_ms, '>', 0, 'for some time (wait_time)');
 cmp_ok($admissions, '>=', $waits, 'every waiter that ran was admitted with a reservation');
 is($timeouts, 0, 'no wait ran out');
+is($after->[9] - $before->[9], 0, 'nobody ran unreserved (unreserved_runs)');
 my ($swaits, $swait_ms) = split /\|/, $node->safe_psql('postgres',
 	"SELECT waits, wait_time FROM glibc_malloc_statements WHERE max_exec_peak_bytes BETWEEN $peak / 2 AND $peak * 2");
 cmp_ok($swaits, '>', 0, "the sort's row in glibc_malloc_statements counts its waits");

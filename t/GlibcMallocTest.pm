@@ -423,7 +423,7 @@ sub guard_counts
 {
 	my ($node) = @_;
 	return [ split /\|/, $node->safe_psql('postgres',
-		'SELECT engaged, usage_bytes, target_bytes, waits, wait_time, admissions, wait_timeouts, guard_errors, wait_skips FROM glibc_malloc_guard') ];
+		'SELECT engaged, usage_bytes, target_bytes, waits, wait_time, admissions, wait_timeouts, guard_errors, wait_skips, unreserved_runs FROM glibc_malloc_guard') ];
 }
 
 1;
