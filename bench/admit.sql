@@ -1,0 +1,1 @@
+SELECT g FROM generate_series(1, 16000) g ORDER BY g DESC OFFSET 16000;
