@@ -135,7 +135,7 @@ for my $b (1 .. $bursts)
 		{
 			$errors++;
 		}
-		elsif ($r->{err} eq '' && grep { $_ eq '1000000' } @lines)
+		elsif ($r->{err} eq '' && grep { $_ eq $rows } @lines)
 		{
 			$completed++;
 		}
