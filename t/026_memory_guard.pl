@@ -74,8 +74,11 @@ sub burst
 }
 
 # 1. Without the guard: the OOM killer ends a backend, the server restarts.
+# The monitor reads the setting at its next look after the SIGHUP
+# (glibc_malloc_guard.enabled is what it last read).
+sub guard_enabled { $node->safe_psql('postgres', 'SELECT enabled FROM glibc_malloc_guard') }
 $node->safe_psql('postgres', "ALTER SYSTEM SET glibc_malloc.memory_guard = off; SELECT pg_reload_conf()");
-sleep 1;
+ok(wait_for(sub { guard_enabled() eq 'f' }, 5), 'the monitor reads memory_guard = off');
 # glibc_malloc_guard shows the cgroup's count (memory.events or
 # memory.oom_control oom_kill), as the monitor last read it: the suite's cgroup is shared, so
 # compare what it rises by.
@@ -119,7 +122,7 @@ is(view_oom_kills() - $view_kills, oom_kills() - $kills,
 
 # 2. With the guard (the default): 10 bursts.
 $node->safe_psql('postgres', "ALTER SYSTEM RESET glibc_malloc.memory_guard; SELECT pg_reload_conf()");
-sleep 1;
+ok(wait_for(sub { guard_enabled() eq 't' }, 5), 'the monitor reads the guard on again');
 $kills = oom_kills();
 $offset = -s $node->logfile;
 $t0 = time;
@@ -135,7 +138,7 @@ for my $b (1 .. $bursts)
 		{
 			$errors++;
 		}
-		elsif ($r->{err} eq '' && grep { $_ eq '1000000' } @lines)
+		elsif ($r->{err} eq '' && grep { $_ eq $rows } @lines)
 		{
 			$completed++;
 		}

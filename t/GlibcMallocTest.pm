@@ -369,10 +369,14 @@ sub start_filler
 }
 
 # Poll $cond until it is true or $seconds pass; returns its last result.
+# A slow machine that raises PG_TEST_TIMEOUT_DEFAULT above its 180 s (the
+# emulated guest of scripts/vm) raises these bounds in proportion: they
+# return as soon as the condition holds.
 sub wait_for
 {
 	my ($cond, $seconds) = @_;
-	my $deadline = time + ($seconds // 10);
+	my $slow = $PostgreSQL::Test::Utils::timeout_default / 180;
+	my $deadline = time + ($seconds // 10) * ($slow > 1 ? $slow : 1);
 	while (1)
 	{
 		my $r = $cond->();
