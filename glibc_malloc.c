@@ -40,7 +40,7 @@
  *						module's limits, gets a HINT (emit_log_hook)
  *	statements			(planner, executor and ProcessUtility hooks, which
  *						keep the nesting level as pg_stat_statements does,
- *						and count ExecutorStart's SPI as nested too)
+ *						except that ExecutorStart's SPI is nested here)
  *						each statement's memory into glibc_malloc_statements
  *	settings change		(assign hooks, also at GUC rollback) re-plan: at once
  *						if that only sets the timer, else at the next

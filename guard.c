@@ -386,8 +386,7 @@ gm_guard_wait_for_memory(int64 need)
 			gm_shmem_wait_note_base();
 			return 0;
 		case GM_ROUND_RUN:
-			if (memory_wait > 0)
-				gm_shmem_wait_count(GM_WAIT_SKIPS, 1);
+			gm_shmem_wait_count(memory_wait > 0 ? GM_WAIT_SKIPS : GM_WAIT_UNRESERVED, 1);
 			/* FALLTHROUGH */
 		case GM_ROUND_NO_LOOK:
 			/* Nothing to wait for: runs as without the wait. */

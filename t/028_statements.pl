@@ -404,6 +404,10 @@ is($node->safe_psql('postgres', q{SELECT count(*) FROM glibc_malloc_statements s
 	'track_statements = top: the function\'s statement, run while the executor starts, has no row');
 ok(row_for('SELECT count(*) AS prune_outer FROM pruned WHERE k = prune_key()', ' AND s.toplevel'),
 	'the outer statement has its top-level row');
+$node->safe_psql('postgres', "SET glibc_malloc.track_statements = 'all'; SELECT count(*) AS prune_outer FROM pruned WHERE k = prune_key()");
+is($node->safe_psql('postgres', q{SELECT string_agg(DISTINCT s.toplevel::text, ',') FROM glibc_malloc_statements s
+	JOIN pg_stat_statements p USING (userid, dbid, queryid) WHERE p.query LIKE 'SELECT count(*) AS prune_marker%'}), 'false',
+	'track_statements = all: it has a row, not top-level');
 
 # Statements that failed inside a PL/pgSQL EXCEPTION block free their place:
 # with track_statements = all, 40 of them in one transaction (more than the
