@@ -76,21 +76,21 @@
 
 #define MB ((int64) 1024 * 1024)
 
-#define GM_GUARD_RESERVE	0.05	/* the margin: at least this much of the
-									 * limit ... */
+#define GM_GUARD_RESERVE	5		/* the margin: at least this % of the
+								 * limit ... */
 #define GM_GUARD_MARGIN		(64 * MB)	/* ... or this much ... */
-#define GM_GUARD_MAX_RESERVE 0.15	/* ... but no more than this much */
-#define GM_GUARD_ENGAGE		0.20	/* set limits this much of the limit
+#define GM_GUARD_MAX_RESERVE 15	/* ... but no more than this % */
+#define GM_GUARD_ENGAGE		20		/* set limits this % of the limit
 									 * below the target ... */
-#define GM_GUARD_RELEASE	0.05	/* ... and lift them this much below that */
+#define GM_GUARD_RELEASE	5		/* ... and lift them this % below that */
 #define GM_GUARD_FLOOR		(32 * MB)	/* a process not working may add at
 										 * most this from the budget */
 #define GM_GUARD_SLACK		(4 * MB)	/* smaller raises wait, while the limit
 										 * leaves this much above VmData */
 #define GM_GUARD_PROC_RESERVE (4 * MB)	/* each process's reserve, shrunk
 										 * so that all take at most ... */
-#define GM_GUARD_RESERVE_SHARE 0.5	/* ... this much of the margin */
-#define GM_ADMIT_PASS_SHARE	0.5	/* a waiter may be passed for this much of
+#define GM_GUARD_RESERVE_SHARE 50	/* ... this % of the margin */
+#define GM_ADMIT_PASS_SHARE	50	/* a waiter may be passed for this % of
 									 * its memory_wait ... */
 #define GM_ADMIT_PASS_MAX_MS 30000	/* ... counted as at most this (the
 									 * default memory_wait) */
@@ -130,16 +130,26 @@ gm_guard_hint_remedy(GmLimitSource source)
 	return source == GM_LIMIT_SYSTEM ? "add memory to the machine" : "raise the container's memory limit";
 }
 
+/*
+ * pct% of v, in integers: the same on every build (x87's extended
+ * precision truncated 15 % of 200 MB to a byte less), and no overflow.
+ */
+static inline int64
+gm_pct(int64 v, int pct)
+{
+	return v / 100 * pct + v % 100 * pct / 100;
+}
+
 /* The guard's levels for a limit of limit bytes. */
 void
 gm_guard_levels(int64 limit, GmGuardLevels *lv)
 {
-	int64		margin = Max((int64) (GM_GUARD_RESERVE * limit),
-							 Min(GM_GUARD_MARGIN, (int64) (GM_GUARD_MAX_RESERVE * limit)));
+	int64		margin = Max(gm_pct(limit, GM_GUARD_RESERVE),
+							 Min(GM_GUARD_MARGIN, gm_pct(limit, GM_GUARD_MAX_RESERVE)));
 
 	lv->target = limit - margin;
-	lv->engage = lv->target - (int64) (GM_GUARD_ENGAGE * limit);
-	lv->release = lv->engage - (int64) (GM_GUARD_RELEASE * limit);
+	lv->engage = lv->target - gm_pct(limit, GM_GUARD_ENGAGE);
+	lv->release = lv->engage - gm_pct(limit, GM_GUARD_RELEASE);
 	lv->margin = margin;
 }
 
@@ -168,7 +178,7 @@ gm_guard_measure(int64 limit, int64 usage, bool engaged)
 	if (limit <= 0 || usage < 0)
 		return false;
 	gm_guard_levels(limit, &lv);
-	return engaged || usage >= lv.release - (int64) (GM_GUARD_RELEASE * limit);
+	return engaged || usage >= lv.release - gm_pct(limit, GM_GUARD_RELEASE);
 }
 
 /*
@@ -253,9 +263,9 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 	/* The reserves, in the margin: shrunk when they do not fit. */
 	reserve = GM_GUARD_PROC_RESERVE;
 	out->reserve_wanted = reserve;
-	if (n > 0 && reserve * n > (int64) (GM_GUARD_RESERVE_SHARE * lv.margin))
+	if (n > 0 && reserve * n > gm_pct(lv.margin, GM_GUARD_RESERVE_SHARE))
 	{
-		reserve = (int64) (GM_GUARD_RESERVE_SHARE * lv.margin) / n;
+		reserve = gm_pct(lv.margin, GM_GUARD_RESERVE_SHARE) / n;
 		out->reserve_shrunk = true;
 	}
 	out->reserve = reserve;
@@ -385,8 +395,8 @@ gm_guard_admit(int64 available, int64 ceiling, GmAdmitWaiter *waiters, int n)
 		}
 		/* Passed long enough: what frees from now on is kept for it. */
 		else if (!w->hopeless && w->patience_ms > 0 &&
-				 (double) w->waited_ms >=
-				 GM_ADMIT_PASS_SHARE * Min(w->patience_ms, GM_ADMIT_PASS_MAX_MS))
+				 w->waited_ms >=
+				 gm_pct(Min(w->patience_ms, GM_ADMIT_PASS_MAX_MS), GM_ADMIT_PASS_SHARE))
 			left -= need;
 	}
 	return admitted;
