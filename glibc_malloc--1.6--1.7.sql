@@ -42,8 +42,9 @@ COMMENT ON VIEW glibc_malloc_counters IS
 -- memory.oom_control oom_kill on cgroup v1; NULL where there is none);
 -- and glibc_malloc.memory_wait's counts: the statements that waited for
 -- memory, their time waited (ms), the statements admitted with a
--- reservation, the waits that ran out, and the statements that did not
--- wait because their need is above what could ever free.
+-- reservation, the waits that ran out, the statements that did not
+-- wait because their need is above what could ever free, and, with
+-- memory_wait = 0, the statements that ran without a reservation.
 DROP VIEW glibc_malloc_guard;
 DROP FUNCTION glibc_malloc_guard();
 

@@ -124,7 +124,8 @@ static int64 last_statement_mono = 0;	/* the same on the monotonic clock */
 
 /*
  * Statements running in one another (functions, triggers, utility
- * statements): 0 at the top level, as pg_stat_statements counts it.
+ * statements): 0 at the top level, as pg_stat_statements counts it, except
+ * that what runs while the executor starts is nested here.
  */
 static int	nesting = 0;
 
@@ -424,11 +425,14 @@ gm_ExecutorStart(QueryDesc *queryDesc, int eflags)
 		else
 			standard_ExecutorStart(queryDesc, eflags);
 	}
-	PG_FINALLY();
+	PG_CATCH();
 	{
 		nesting--;
+		caught_error();
+		PG_RE_THROW();
 	}
 	PG_END_TRY();
+	nesting--;
 }
 
 /* Chain ExecutorEnd: the executor's shutdown. */

@@ -12,11 +12,12 @@
  * tables of snapshots, without a server or a cgroup.
  *
  * The levels, for a limit L: the target, the usage the guard keeps
- * the server under, is L minus the margin (at least GM_GUARD_RESERVE of L,
- * up to GM_GUARD_MARGIN when that is more, at most GM_GUARD_MAX_RESERVE of
+ * the server under, is L minus the margin (at least GM_GUARD_RESERVE % of L,
+ * up to GM_GUARD_MARGIN when that is more, at most GM_GUARD_MAX_RESERVE % of
  * L): the kernel needs room to reclaim file pages before it kills.  The
- * guard engages GM_GUARD_ENGAGE of L below the target and lifts its limits
- * GM_GUARD_RELEASE of L below that.
+ * guard engages GM_GUARD_ENGAGE % of L below the target and lifts its limits
+ * GM_GUARD_RELEASE % of L below that.  Percentages are taken in integers,
+ * the same on every build.
  *
  * While engaged, the budget is the headroom up to the target, less what the
  * working processes have mapped but not resident (it becomes resident
@@ -46,7 +47,7 @@
  * room for small work (SELECT 1, a login's first query, the catalog
  * catch-up after a sinval reset, NOTIFY delivery at the idle point, where
  * an ERROR becomes FATAL), kept in the margin: all reserves together take
- * at most GM_GUARD_RESERVE_SHARE of it, and shrink when they do not fit
+ * at most GM_GUARD_RESERVE_SHARE % of it, and shrink when they do not fit
  * (the decision says so).  A limit is thus never at a process's VmData.
  *
  * A raise smaller than GM_GUARD_SLACK is not worth a prlimit while the
@@ -57,7 +58,7 @@
  * admitted statements are still expected to take) and the waiters, which
  * go.  In arrival order, each that fits goes and takes its need.  One that
  * does not fit may be passed by a smaller one behind it, as long as it has
- * waited less than GM_ADMIT_PASS_SHARE of its memory_wait (of at most
+ * waited less than GM_ADMIT_PASS_SHARE % of its memory_wait (of at most
  * GM_ADMIT_PASS_MAX_MS: memory_wait is the session's own setting); from then
  * on its need is kept for it, and only what is left beyond it may admit
  * others: passing never makes a waiter miss the memory that frees before
@@ -395,8 +396,8 @@ gm_guard_admit(int64 available, int64 ceiling, GmAdmitWaiter *waiters, int n)
 		}
 		/* Passed long enough: what frees from now on is kept for it. */
 		else if (!w->hopeless && w->patience_ms > 0 &&
-				 w->waited_ms >=
-				 gm_pct(Min(w->patience_ms, GM_ADMIT_PASS_MAX_MS), GM_ADMIT_PASS_SHARE))
+				 w->waited_ms * 100 >=
+				 Min(w->patience_ms, GM_ADMIT_PASS_MAX_MS) * GM_ADMIT_PASS_SHARE)
 			left -= need;
 	}
 	return admitted;

@@ -422,7 +422,7 @@ sub finish_query
 
 # glibc_malloc_guard's row on $node, as an array: engaged, usage_bytes,
 # target_bytes, waits, wait_time, admissions, wait_timeouts, guard_errors,
-# wait_skips.
+# wait_skips, unreserved_runs.
 sub guard_counts
 {
 	my ($node) = @_;

@@ -334,7 +334,7 @@ main(void)
 	 * from 75 %; at 90 % the budget is the headroom up to the target.
 	 */
 	gm_guard_levels(16384 * MB, &lv);
-	ok(lv.margin == (int64) (0.05 * 16384 * MB) && lv.target == 16384 * MB - lv.margin,
+	ok(lv.margin == 16384 * MB * 5 / 100 && lv.target == 16384 * MB - lv.margin,
 	   "16 GB machine: the margin is 5 % of MemTotal");
 	ok(!gm_guard_engaged_after(16384 * MB, 12000 * MB, false) && gm_guard_engaged_after(16384 * MB, 12400 * MB, false),
 	   "16 GB machine: engaged from 75 % of MemTotal, not at 73 %");
@@ -626,6 +626,20 @@ main(void)
 		WAITER(1, 2, 50, 0, 10000);
 		n = gm_guard_admit(200 * MB, 1000 * MB, w, 2);
 		ok(n == 1 && w[1].admit, "the same head waiting 10 s: the small one passes");
+
+		/* Half of an odd memory_wait: due from its ceiling, not before. */
+		WAITER(0, 1, 500, 0, 1);
+		WAITER(1, 2, 50, 0, 10000);
+		n = gm_guard_admit(200 * MB, 1000 * MB, w, 2);
+		ok(n == 1 && w[1].admit, "a head with memory_wait 1 ms, waiting 0 ms: not due, the small one passes");
+		WAITER(0, 1, 500, 1, 3);
+		WAITER(1, 2, 50, 0, 10000);
+		n = gm_guard_admit(200 * MB, 1000 * MB, w, 2);
+		ok(n == 1 && w[1].admit, "memory_wait 3 ms, waiting 1 ms: not due (1.5 ms), the small one passes");
+		WAITER(0, 1, 500, 2, 3);
+		WAITER(1, 2, 50, 0, 10000);
+		n = gm_guard_admit(200 * MB, 1000 * MB, w, 2);
+		ok(n == 0 && !w[1].admit, "memory_wait 3 ms, waiting 2 ms: due, the small one waits");
 
 		/*
 		 * A need above the most there could ever be (the ceiling: the
