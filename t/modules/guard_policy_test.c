@@ -616,30 +616,35 @@ main(void)
 		n = gm_guard_admit(200 * MB, 1000 * MB, w, 1);
 		ok(n == 1 && w[0].admit, "memory_wait 0 and 150 MB in 200 MB: admitted at once, with a reservation");
 
-		/* memory_wait is the session's: half of at most 30 s counts. */
-		WAITER(0, 1, 500, 20000, 3600000);
-		WAITER(1, 2, 50, 0, 10000);
-		n = gm_guard_admit(200 * MB, 1000 * MB, w, 2);
-		ok(n == 0 && !w[0].admit && !w[1].admit,
-		   "a head of 500 MB with memory_wait 1 h, waiting 20 s: due (15 s), the small one waits");
-		WAITER(0, 1, 500, 10000, 3600000);
-		WAITER(1, 2, 50, 0, 10000);
-		n = gm_guard_admit(200 * MB, 1000 * MB, w, 2);
-		ok(n == 1 && w[1].admit, "the same head waiting 10 s: the small one passes");
+		/*
+		 * memory_wait is the session's: half of at most 30 s counts, and
+		 * half of an odd one is due from its ceiling, not before.  A head
+		 * of 500 MB that does not fit 200 MB, a small one of 50 MB behind.
+		 */
+		{
+			static const struct
+			{
+				int64		waited;
+				int64		patience;
+				bool		passes;
+				const char *name;
+			}			due[] = {
+				{20000, 3600000, false, "a head of 500 MB with memory_wait 1 h, waiting 20 s: due (15 s), the small one waits"},
+				{10000, 3600000, true, "the same head waiting 10 s: the small one passes"},
+				{0, 1, true, "a head with memory_wait 1 ms, waiting 0 ms: not due, the small one passes"},
+				{1, 3, true, "memory_wait 3 ms, waiting 1 ms: not due (1.5 ms), the small one passes"},
+				{2, 3, false, "memory_wait 3 ms, waiting 2 ms: due, the small one waits"},
+			};
 
-		/* Half of an odd memory_wait: due from its ceiling, not before. */
-		WAITER(0, 1, 500, 0, 1);
-		WAITER(1, 2, 50, 0, 10000);
-		n = gm_guard_admit(200 * MB, 1000 * MB, w, 2);
-		ok(n == 1 && w[1].admit, "a head with memory_wait 1 ms, waiting 0 ms: not due, the small one passes");
-		WAITER(0, 1, 500, 1, 3);
-		WAITER(1, 2, 50, 0, 10000);
-		n = gm_guard_admit(200 * MB, 1000 * MB, w, 2);
-		ok(n == 1 && w[1].admit, "memory_wait 3 ms, waiting 1 ms: not due (1.5 ms), the small one passes");
-		WAITER(0, 1, 500, 2, 3);
-		WAITER(1, 2, 50, 0, 10000);
-		n = gm_guard_admit(200 * MB, 1000 * MB, w, 2);
-		ok(n == 0 && !w[1].admit, "memory_wait 3 ms, waiting 2 ms: due, the small one waits");
+			for (int i = 0; i < (int) lengthof(due); i++)
+			{
+				WAITER(0, 1, 500, due[i].waited, due[i].patience);
+				WAITER(1, 2, 50, 0, 10000);
+				n = gm_guard_admit(200 * MB, 1000 * MB, w, 2);
+				ok(due[i].passes ? n == 1 && !w[0].admit && w[1].admit : n == 0 && !w[0].admit && !w[1].admit,
+				   due[i].name);
+			}
+		}
 
 		/*
 		 * A need above the most there could ever be (the ceiling: the
