@@ -100,6 +100,18 @@ SELECT glibc_malloc_trim_backend(pg_backend_pid());
 SELECT count(*) >= 0 AS reads FROM glibc_malloc_statements;
 SELECT enabled, source IS NOT NULL AS reads FROM glibc_malloc_monitor;
 SELECT enabled IS NOT NULL AS reads, guard_errors >= 0 AS counts FROM glibc_malloc_guard;
+-- A user's objects over the three views 1.7 extends: a view over each, and
+-- a role allowed to read each (with EXECUTE on the function behind it:
+-- a view's reader needs it).  The statements function is taken from
+-- PUBLIC, as a user may do.
+CREATE ROLE regress_glibc_malloc_reader;
+CREATE VIEW my_guard AS SELECT enabled, guard_errors FROM glibc_malloc_guard;
+CREATE VIEW my_monitor AS SELECT pid, limit_bytes FROM glibc_malloc_monitor;
+CREATE VIEW my_statements AS SELECT queryid, calls FROM glibc_malloc_statements;
+GRANT SELECT ON glibc_malloc_guard, glibc_malloc_monitor, glibc_malloc_statements TO regress_glibc_malloc_reader;
+GRANT EXECUTE ON FUNCTION glibc_malloc_guard(), glibc_malloc_monitor() TO regress_glibc_malloc_reader;
+REVOKE EXECUTE ON FUNCTION glibc_malloc_statements() FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION glibc_malloc_statements() TO regress_glibc_malloc_reader WITH GRANT OPTION;
 ALTER EXTENSION glibc_malloc UPDATE TO '1.7';
 SELECT extversion FROM pg_extension WHERE extname = 'glibc_malloc';
 SELECT remote_trims >= 1 AS counted, idle_releases >= 0 AS idle, oom_errors >= 0 AS oom,
@@ -127,3 +139,40 @@ SELECT waits >= 0 AS waits, wait_time >= 0 AS wait_time, admissions >= 0 AS admi
        unreserved_runs >= 0 AS unreserved FROM glibc_malloc_guard;
 SELECT count(*) >= 0 AS reads FROM glibc_malloc_statements WHERE waits >= 0 AND wait_time >= 0;
 SELECT has_table_privilege('public', 'glibc_malloc_statements', 'select') AS public_may_read;
+
+-- The user's objects survived the update: the views over the views still
+-- read, the views are the same objects with their grants, and the role
+-- may call the functions they now read (its grants on the 1.6 functions
+-- carried over, PUBLIC's revoke too).
+SELECT enabled IS NOT NULL AS reads, guard_errors >= 0 AS counts FROM my_guard;
+SELECT count(*) AS monitor_rows FROM my_monitor;
+SELECT count(*) >= 0 AS reads FROM my_statements;
+SELECT v AS view, has_table_privilege('regress_glibc_malloc_reader', v, 'select') AS reader_may_read
+FROM unnest(ARRAY['glibc_malloc_guard', 'glibc_malloc_monitor', 'glibc_malloc_statements']) v;
+SELECT f AS function,
+       has_function_privilege('regress_glibc_malloc_reader', f, 'execute') AS reader,
+       has_function_privilege('regress_glibc_malloc_reader', f, 'execute WITH GRANT OPTION') AS reader_may_grant,
+       has_function_privilege('public', f, 'execute') AS public,
+       has_function_privilege('pg_read_all_stats', f, 'execute') AS stats
+FROM unnest(ARRAY['glibc_malloc_guard()', 'glibc_malloc_guard_1_7()',
+                  'glibc_malloc_monitor()', 'glibc_malloc_monitor_1_7()',
+                  'glibc_malloc_statements()', 'glibc_malloc_statements_1_7()']) f;
+SET ROLE regress_glibc_malloc_reader;
+SELECT count(*) AS guard_rows FROM glibc_malloc_guard;
+SELECT count(*) AS monitor_rows FROM glibc_malloc_monitor;
+SELECT count(*) >= 0 AS reads FROM glibc_malloc_statements;
+RESET ROLE;
+-- The columns 1.7 appended to each view, after 1.6's.
+SELECT attrelid::regclass AS view, attnum, attname, atttypid::regtype AS type
+FROM pg_attribute
+WHERE (attrelid = 'glibc_malloc_guard'::regclass AND attnum > 13)
+   OR (attrelid = 'glibc_malloc_monitor'::regclass AND attnum > 18)
+   OR (attrelid = 'glibc_malloc_statements'::regclass AND attnum > 21)
+ORDER BY attrelid::regclass::text, attnum;
+-- The 1.6 functions stay, with 1.6's columns, for what may call them.
+SELECT guard_errors >= 0 AS counts FROM glibc_malloc_guard();
+SELECT count(*) AS monitor_rows FROM glibc_malloc_monitor();
+SELECT count(*) >= 0 AS reads FROM glibc_malloc_statements();
+DROP VIEW my_guard, my_monitor, my_statements;
+DROP OWNED BY regress_glibc_malloc_reader;
+DROP ROLE regress_glibc_malloc_reader;
