@@ -248,6 +248,10 @@ typedef struct GmMonitorState
 	int			limit_source;	/* GmLimitSource of source */
 	int64		guard_reserve;	/* each guarded process's reserve; -1 */
 	bool		guard_reserve_shrunk;	/* all did not fit the margin */
+	bool		guard_observe;	/* memory_guard = observe: nothing is done */
+	int64		guard_would_limit;	/* observe: limits it would have lowered */
+	int64		guard_would_fail;	/* observe: statements that grew past the
+									 * limit it would have set */
 	struct Latch *guard_latch;	/* the monitor's, for statement starts; NULL */
 } GmMonitorState;
 
@@ -399,6 +403,8 @@ typedef enum GmGuardMode
 	GM_GUARD_OFF,
 	GM_GUARD_CGROUP,			/* under a cgroup limit (the default) */
 	GM_GUARD_MACHINE,			/* also on a whole machine, by choice */
+	GM_GUARD_OBSERVE,			/* cgroup's decisions, logged and counted,
+								 * none carried out */
 	GM_GUARD_NMODES
 } GmGuardMode;
 

@@ -110,6 +110,7 @@ static const bool gm_guard_coverage[GM_GUARD_NMODES][GM_NLIMIT_SOURCES] = {
 	[GM_GUARD_OFF] = {false, false, false, false},
 	[GM_GUARD_CGROUP] = {false, false, true, true},
 	[GM_GUARD_MACHINE] = {false, true, true, true},
+	[GM_GUARD_OBSERVE] = {false, false, true, true},
 };
 
 /* Whether the guard in mode acts on a limit read from source. */

@@ -26,9 +26,12 @@
  * In a cgroup, the usage counts what the kernel cannot simply drop: the
  * cgroup's usage minus its file pages (active_file and inactive_file in
  * memory.stat), so that a page cache filling the container is not taken
- * for pressure; shared memory (shared_buffers) and anonymous memory count.  A cgroup without a limit of
- * its own is judged by the nearest ancestor that has one; without any, the
- * system's memory is.
+ * for pressure; shared memory (shared_buffers) and anonymous memory count.
+ * Every level from the server's cgroup up to the top of the mount that has
+ * a limit is read, and the one with the least room is the limit (a pod or
+ * a systemd slice may hold less than the server's own cgroup, and the
+ * kernel acts at the first level that is full); without any, the system's
+ * memory is.
  *
  * It acts in proportion.  Pressure starts when the usage reaches
  * glibc_malloc.monitor_fraction of the limit and ends below that fraction
@@ -127,7 +130,17 @@ typedef struct GmLimits
 /* Where to read (the monitor's process-local state). */
 static GmLimitSource source = GM_LIMIT_NONE;
 static char cgroup_dir[MAXPGPATH];	/* where usage and pressure are read */
-static char limit_dir[MAXPGPATH];	/* where the limit is read */
+static char limit_dir[MAXPGPATH];	/* the level with the least room, last read */
+
+/*
+ * Every level at or above the server's cgroup with a limit of its own (up
+ * to the mount's top: a cgroup namespace hides the levels above it), the
+ * nearest first: a parent (a pod, a systemd slice) may leave less room than
+ * the server's own cgroup.  Found again with the cgroup.
+ */
+#define GM_LIMIT_LEVELS 16
+static char limit_dirs[GM_LIMIT_LEVELS][MAXPGPATH];
+static int	nlimit_dirs = 0;
 static char psi_dir[MAXPGPATH];	/* the server's own cgroup v2, for PSI; "" = none */
 static char cgroup_seen[16384];	/* the postmaster's /proc/PID/cgroup */
 static bool truncated_logged = false;
@@ -197,6 +210,11 @@ typedef struct GmGuarded
 	bool		was_working;	/* the last measured look counted since_pid
 								 * as working */
 	bool		reused;			/* this look reused the last reading */
+	bool		applied;		/* limit was set with prlimit (observe:
+								 * only noted) */
+	int			fail_pid;		/* observe: the process last counted in
+								 * would_fail; 0 = none */
+	uint32		fail_starts;	/* ... at this count of its starts */
 } GmGuarded;
 
 static GmGuarded *guarded = NULL;
@@ -334,8 +352,9 @@ cgroup_limit(GmLimitSource kind, const char *dir)
 }
 
 /*
- * From a cgroup directory, the nearest directory at or above it (up to
- * top) that has a limit, into limit_dir; false when none has.
+ * From a cgroup directory, every directory at or above it (up to top) that
+ * has a limit, into limit_dirs (the nearest first) and the nearest into
+ * limit_dir; false when none has.
  */
 static bool
 find_limit(GmLimitSource kind, const char *dir, const char *top)
@@ -344,19 +363,20 @@ find_limit(GmLimitSource kind, const char *dir, const char *top)
 
 	strlcpy(d, dir, sizeof(d));
 	strlcpy(limit_dir, dir, sizeof(limit_dir));
+	nlimit_dirs = 0;
 	for (;;)
 	{
 		char	   *slash;
 
-		if (cgroup_kind(d) == kind && cgroup_limit(kind, d) >= 0)
-		{
-			strlcpy(limit_dir, d, sizeof(limit_dir));
-			return true;
-		}
+		if (cgroup_kind(d) == kind && cgroup_limit(kind, d) >= 0 && nlimit_dirs < GM_LIMIT_LEVELS)
+			strlcpy(limit_dirs[nlimit_dirs++], d, MAXPGPATH);
 		if (strlen(d) <= strlen(top) || (slash = strrchr(d, '/')) == NULL || slash == d)
-			return false;
+			break;
 		*slash = '\0';
 	}
+	if (nlimit_dirs > 0)
+		strlcpy(limit_dir, limit_dirs[0], sizeof(limit_dir));
+	return nlimit_dirs > 0;
 }
 
 /* Decode mountinfo's octal escapes (\040 for a space) in place. */
@@ -548,6 +568,8 @@ detect(void)
 		source = cgroup_kind(guc);
 		strlcpy(cgroup_dir, guc, sizeof(cgroup_dir));
 		strlcpy(limit_dir, guc, sizeof(limit_dir));
+		strlcpy(limit_dirs[0], guc, MAXPGPATH);
+		nlimit_dirs = 1;
 		if (source == GM_LIMIT_NONE && changed)
 			ereport(LOG,
 					(errmsg("glibc_malloc memory monitor: \"%s\" holds no cgroup memory files", guc),
@@ -634,16 +656,31 @@ read_limits(GmLimits *l)
 	if (source == GM_LIMIT_CGROUP_V1 || source == GM_LIMIT_CGROUP_V2)
 	{
 		bool		v1 = source == GM_LIMIT_CGROUP_V1;
-		int64		active;
-		int64		inactive;
 
-		l->limit = cgroup_limit(source, limit_dir);
-		l->usage = read_bytes(limit_dir, v1 ? "memory.usage_in_bytes" : "memory.current");
-		snprintf(path, sizeof(path), "%s/memory.stat", limit_dir);
-		active = read_key(path, v1 ? "total_active_file" : "active_file");
-		inactive = read_key(path, v1 ? "total_inactive_file" : "inactive_file");
-		if (l->usage >= 0)
-			l->usage = Max(l->usage - Max(active, 0) - Max(inactive, 0), 0);
+		/* The level with the least room: the kernel acts at the first one full. */
+		for (int i = 0; i < nlimit_dirs; i++)
+		{
+			const char *dir = limit_dirs[i];
+			int64		limit = cgroup_limit(source, dir);
+			int64		usage = read_bytes(dir, v1 ? "memory.usage_in_bytes" : "memory.current");
+			int64		active;
+			int64		inactive;
+
+			if (usage < 0)
+				continue;		/* unreadable */
+			snprintf(path, sizeof(path), "%s/memory.stat", dir);
+			active = read_key(path, v1 ? "total_active_file" : "active_file");
+			inactive = read_key(path, v1 ? "total_inactive_file" : "inactive_file");
+			usage = Max(usage - Max(active, 0) - Max(inactive, 0), 0);
+			/* (a level without a limit: a configured one, or lifted since) */
+			if (l->usage < 0 ||
+				(limit >= 0 && (l->limit < 0 || limit - usage < l->limit - l->usage)))
+			{
+				l->limit = limit;
+				l->usage = usage;
+				strlcpy(limit_dir, dir, sizeof(limit_dir));
+			}
+		}
 		/* The cgroup's own PSI (v1: the server's v2 one, if any); never the machine's. */
 		snprintf(path, sizeof(path), "%s/memory.pressure", v1 ? psi_dir : cgroup_dir);
 		if (!v1 || psi_dir[0] != '\0')
@@ -822,6 +859,7 @@ guard_set(int slot, int pid, int64 limit)
 
 	guarded[slot].pid = limit == GM_NO_LIMIT ? 0 : pid;
 	guarded[slot].limit = limit;
+	guarded[slot].applied = limit != GM_NO_LIMIT;
 	if (gm_shmem_set_guard_limit(slot, pid, limit) < 0)
 	{
 		guarded[slot].pid = 0;	/* it left its slot */
@@ -858,13 +896,40 @@ guard_set(int slot, int pid, int64 limit)
 	return true;
 }
 
-/* Lift every limit the guard set (pressure over, guard off, exit). */
+/* Note the limit the guard would set (memory_guard = observe): sets none. */
+static void
+guard_note(int slot, int pid, int64 limit)
+{
+	guarded[slot].pid = limit == GM_NO_LIMIT ? 0 : pid;
+	guarded[slot].limit = limit;
+	guarded[slot].applied = false;
+}
+
+/*
+ * Lift the limits the guard set (lift_applied) and forget the ones it only
+ * noted (forget_noted): both when pressure is over, the guard off, or the
+ * monitor exits; the set ones when it turns to observe; the noted ones
+ * when it turns from observe to acting (the policy then sets them).
+ */
+static void
+guard_lift(bool lift_applied, bool forget_noted)
+{
+	for (int i = 0; i < nslots; i++)
+	{
+		if (guarded[i].pid == 0)
+			continue;
+		if (guarded[i].applied && lift_applied)
+			(void) guard_set(i, guarded[i].pid, GM_NO_LIMIT);
+		else if (!guarded[i].applied && forget_noted)
+			guard_note(i, guarded[i].pid, GM_NO_LIMIT);
+	}
+}
+
+/* Lift every limit the guard set or noted. */
 static void
 guard_lift_all(void)
 {
-	for (int i = 0; i < nslots; i++)
-		if (guarded[i].pid != 0)
-			(void) guard_set(i, guarded[i].pid, GM_NO_LIMIT);
+	guard_lift(true, true);
 }
 
 /* Whether the guard can act on these limits (read, of a source it covers). */
@@ -913,14 +978,24 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 	bool		active = guard_active(l);
 	double		frac = active ? (double) l->usage / l->limit : 0;
 	bool		was_engaged = guard_engaged;
+	bool		observe = memory_guard == GM_GUARD_OBSERVE;
+	const char *obs = observe ? " (observe)" : "";
 	GmGuardInput in;
 	GmGuardDecision d;
 	int			ncand = 0;
 	int			limited = 0;
 	int			lowered = 0;
+	int			would_fail = 0;
 	char		b1[32],
 				b2[32],
 				b3[32];
+
+	/*
+	 * A reload that turned the guard to observe lifts what it set; one that
+	 * turned it from observe forgets what it noted, so that the policy sets
+	 * those limits for real.
+	 */
+	guard_lift(observe, !observe);
 
 	if (active && gm_guard_measure(l->limit, l->usage, guard_engaged))
 		guard_looks++;
@@ -985,6 +1060,26 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 			g->read_at = mono;
 			g->read_vmdata = vm;
 			g->read_rss = c->rss;
+
+			/*
+			 * Observe: mapped past the limit the last look would have set,
+			 * so its statement would have failed with "out of memory"
+			 * (once a statement).  Not one counted idle that started a
+			 * statement since: acting, the guard makes that start wait for
+			 * a look that raises its limit.
+			 */
+			if (observe && g->pid == s->pid && g->limit != GM_NO_LIMIT && vm > g->limit &&
+				!(g->counted_idle && starts != g->starts) &&
+				!(g->fail_pid == s->pid && g->fail_starts == starts))
+			{
+				g->fail_pid = s->pid;
+				g->fail_starts = starts;
+				would_fail++;
+				ereport(LOG,
+						(errmsg("glibc_malloc memory guard (observe): would refuse memory to process %d: it maps %s, past the %s the guard would have allowed it",
+								s->pid, fmt_bytes(b1, sizeof(b1), vm), fmt_bytes(b2, sizeof(b2), g->limit)),
+						 errdetail_internal("With glibc_malloc.memory_guard = cgroup its statement would have failed with \"out of memory\".")));
+			}
 		}
 		ncand++;
 		c->slot = s->slot;
@@ -1083,18 +1178,22 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 
 	if (!was_engaged && guard_engaged)
 		ereport(LOG,
-				(errmsg("glibc_malloc memory guard: limiting backends' private memory: %s usage %s is %.0f%% of the %s limit",
+				(errmsg("glibc_malloc memory guard%s: %s backends' private memory: %s usage %s is %.0f%% of the %s limit",
+						obs, observe ? "would limit" : "limiting",
 						limit_source_names[l->source], fmt_bytes(b1, sizeof(b1), l->usage), 100 * frac,
 						fmt_bytes(b2, sizeof(b2), l->limit)),
-				 errdetail_internal("The guard keeps the usage below %s, and lifts its limits below %s.",
+				 errdetail_internal("The guard %s the usage below %s, and %s its limits below %s.",
+									observe ? "would keep" : "keeps",
 									fmt_bytes(b3, sizeof(b3), d.levels.target),
+									observe ? "would lift" : "lifts",
 									fmt_bytes(b1, sizeof(b1), d.levels.release))));
 	else if (was_engaged && !guard_engaged)
 	{
 		guard_lift_all();
 		if (active)
 			ereport(LOG,
-					(errmsg("glibc_malloc memory guard: limits lifted: %s usage %s is %.0f%% of the %s limit",
+					(errmsg("glibc_malloc memory guard%s: limits %s: %s usage %s is %.0f%% of the %s limit",
+							obs, observe ? "would be lifted" : "lifted",
 							limit_source_names[l->source], fmt_bytes(b1, sizeof(b1), l->usage), 100 * frac,
 							fmt_bytes(b2, sizeof(b2), l->limit))));
 	}
@@ -1104,8 +1203,8 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 	else if (d.reserve_shrunk && !guard_shrunk_logged)
 	{
 		ereport(LOG,
-				(errmsg("glibc_malloc memory guard: the reserve for small work is shrunk to %s per backend",
-						fmt_bytes(b1, sizeof(b1), d.reserve)),
+				(errmsg("glibc_malloc memory guard%s: the reserve for small work %s shrunk to %s per backend",
+						obs, observe ? "would be" : "is", fmt_bytes(b1, sizeof(b1), d.reserve)),
 				 errdetail_internal("The reserves of %d backends (%s each) do not fit in half of the guard's %s margin; small statements, catalog catch-up and NOTIFY delivery may get \"out of memory\".",
 									ncand, fmt_bytes(b2, sizeof(b2), d.reserve_wanted),
 									fmt_bytes(b3, sizeof(b3), d.levels.margin))));
@@ -1134,6 +1233,21 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 						cur,
 						soft,
 						hard;
+
+			/* Observe: note what it would set, and go on. */
+			if (observe)
+			{
+				if (c->set)
+				{
+					if (c->lowered)
+						lowered++;
+					guard_note(c->slot, c->pid, c->limit);
+				}
+				if (guarded[c->slot].limit != GM_NO_LIMIT)
+					limited++;
+				guarded[c->slot].counted_idle = !c->working;
+				continue;
+			}
 
 			/*
 			 * Counted idle: say so before its limit changes, then look at
@@ -1205,10 +1319,16 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 		{
 			st->changecount++;
 			pg_write_barrier();
-			st->guard_rounds++;
-			st->guard_lowered += lowered;
+			if (observe)
+				st->guard_would_limit += lowered;
+			else
+			{
+				st->guard_rounds++;
+				st->guard_lowered += lowered;
+			}
 			snprintf(st->guard_last_action, sizeof(st->guard_last_action),
-					 "lowered %d %s: headroom %s, %d working, usage %s of %s",
+					 "%s %d %s: headroom %s, %d working, usage %s of %s",
+					 observe ? "would lower" : "lowered",
 					 lowered, lowered == 1 ? "limit" : "limits", fmt_bytes(b1, sizeof(b1), d.headroom),
 					 d.nworking, fmt_bytes(b2, sizeof(b2), l->usage), fmt_bytes(b3, sizeof(b3), l->limit));
 			st->guard_last_action_at = GetCurrentTimestamp();
@@ -1218,9 +1338,9 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 			if (guard_last_log == 0 || mono - guard_last_log >= (int64) GM_MONITOR_LOG_MS * 1000)
 			{
 				ereport(LOG,
-						(errmsg("glibc_malloc memory guard: %s", st->guard_last_action),
-						 errdetail_internal("%d processes limited; %d tightening rounds since the last message.",
-											limited, guard_quiet_rounds)));
+						(errmsg("glibc_malloc memory guard%s: %s", obs, st->guard_last_action),
+						 errdetail_internal("%d processes %slimited; %d tightening rounds since the last message.",
+											limited, observe ? "would be " : "", guard_quiet_rounds)));
 				guard_last_log = mono;
 				guard_quiet_rounds = 0;
 			}
@@ -1231,12 +1351,15 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 	pg_write_barrier();
 	st->guard_enabled = memory_guard != GM_GUARD_OFF && monitor_enabled;
 	st->guard_mode = memory_guard;
+	st->guard_observe = observe;
 	st->guard_covers = monitor_enabled && gm_guard_covers(memory_guard, l->source);
 	st->guard_engaged = guard_engaged;
-	if (guard_engaged)
+	/* Observe sets no limit: an out-of-memory is never the guard's. */
+	if (guard_engaged && !observe)
 		st->guard_engaged_at = mono;
 	st->guard_headroom = d.headroom;
-	st->guard_limited = guard_engaged ? limited : 0;
+	st->guard_limited = guard_engaged && !observe ? limited : 0;
+	st->guard_would_fail += would_fail;
 	st->guard_reserve = guard_engaged ? d.reserve : -1;
 	st->guard_reserve_shrunk = guard_engaged && d.reserve_shrunk;
 	pg_write_barrier();
@@ -1352,12 +1475,13 @@ monitor_tick(void)
 	/*
 	 * While the guard limits backends, their free heap is asked for too:
 	 * the guard counts on it (guard_tick), and returning it lifts limits.
+	 * Not in observe, which only says what the guard would do.
 	 * From the look that engages it (guard_tick runs below): else its
 	 * first limits count on none of it, and a query that the free heap of
 	 * idle backends had room for gets "out of memory" (seen in t/021).
 	 * That look's round is an episode's first, logged at once.
 	 */
-	if (monitor_enabled && need <= 0 && guard_engaged_after(&l))
+	if (monitor_enabled && need <= 0 && memory_guard != GM_GUARD_OBSERVE && guard_engaged_after(&l))
 	{
 		GmGuardLevels lv;
 		int64		release;
@@ -1537,6 +1661,7 @@ static const struct config_enum_entry memory_guard_options[] = {
 	{"off", GM_GUARD_OFF, false},
 	{"cgroup", GM_GUARD_CGROUP, false},
 	{"machine", GM_GUARD_MACHINE, false},
+	{"observe", GM_GUARD_OBSERVE, false},
 	{"on", GM_GUARD_CGROUP, true},
 	{"true", GM_GUARD_CGROUP, true},
 	{"yes", GM_GUARD_CGROUP, true},
@@ -1591,7 +1716,7 @@ gm_monitor_define_gucs(void)
 
 	DefineCustomEnumVariable("glibc_malloc.memory_guard",
 							 "Limits backends' private memory (RLIMIT_DATA) when the server nears its memory limit, so that a query gets ERROR: out of memory instead of the OOM killer restarting the server.",
-							 "cgroup: under a cgroup memory limit; machine: also against the whole machine's memory without one; off. Needs glibc_malloc.memory_monitor. Covers client backends and parallel workers.",
+							 "cgroup: under a cgroup memory limit; machine: also against the whole machine's memory without one; observe: decide and log as cgroup, act on nothing; off. Needs glibc_malloc.memory_monitor. Covers client backends and parallel workers.",
 							 &memory_guard,
 							 GM_GUARD_CGROUP,
 							 memory_guard_options,
@@ -1724,6 +1849,16 @@ glibc_malloc_monitor(PG_FUNCTION_ARGS)
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }
 
+/* A glibc_malloc.memory_guard value's name, as SHOW prints it. */
+static const char *
+guard_mode_name(int mode)
+{
+	for (const struct config_enum_entry *e = memory_guard_options; e->name != NULL; e++)
+		if (e->val == mode && !e->hidden)
+			return e->name;
+	return "unknown";
+}
+
 PG_FUNCTION_INFO_V1(glibc_malloc_guard);
 
 /* glibc_malloc_guard(): the memory guard's state, one row. */
@@ -1732,8 +1867,8 @@ glibc_malloc_guard(PG_FUNCTION_ARGS)
 {
 	GmMonitorState c;
 	TupleDesc	tupdesc;
-	Datum		values[23];
-	bool		nulls[23] = {0};
+	Datum		values[26];
+	bool		nulls[26] = {0};
 	int64		waits[GM_NWAIT_COUNTS];
 	int64		cap_errors;
 	int64		guard_errors;
@@ -1742,10 +1877,11 @@ glibc_malloc_guard(PG_FUNCTION_ARGS)
 
 	/*
 	 * 13 columns before 1.7; 1.7 added reserve_bytes, reserve_shrunk,
-	 * oom_kills, oom_group_kills and memory_wait's six counts.
+	 * oom_kills, oom_group_kills, memory_wait's six counts, mode,
+	 * would_limit and would_fail (23: a build of 1.7 before the last three).
 	 */
 	monitor_state_for_sql(fcinfo, &c, &tupdesc, -1);
-	if (tupdesc->natts != 13 && tupdesc->natts != 23)
+	if (tupdesc->natts != 13 && tupdesc->natts != 23 && tupdesc->natts != 26)
 		elog(ERROR, "incorrect number of output arguments");
 	gm_shmem_oom_counts(&cap_errors, &guard_errors);
 	gm_guard_levels(c.limit_bytes, &lv);
@@ -1791,6 +1927,13 @@ glibc_malloc_guard(PG_FUNCTION_ARGS)
 		values[j++] = Int64GetDatum(waits[GM_WAIT_TIMEOUTS]);
 		values[j++] = Int64GetDatum(waits[GM_WAIT_SKIPS]);
 		values[j++] = Int64GetDatum(waits[GM_WAIT_UNRESERVED]);
+	}
+	if (tupdesc->natts >= 26)
+	{
+		values[j] = CStringGetTextDatum(guard_mode_name(c.guard_mode));
+		nulls[j++] = c.checked_at == 0;
+		values[j++] = Int64GetDatum(c.guard_would_limit);
+		values[j++] = Int64GetDatum(c.guard_would_fail);
 	}
 	Assert(j == tupdesc->natts);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));

@@ -1466,13 +1466,14 @@ gm_shmem_wait_reserved(int slotno, int pid, int64 vmdata)
 
 /*
  * Whether the memory guard acts on a limit now: the monitor runs, and its
- * last look read a limit the guard's mode covers (flag reads).
+ * last look read a limit the guard's mode covers, in a mode that acts (not
+ * observe) (flag reads).
  */
 bool
 gm_shmem_guard_acts(void)
 {
 	return shared != NULL && shared->monitor.pid != 0 && shared->monitor.guard_covers &&
-		shared->monitor.guard_enabled;
+		shared->monitor.guard_enabled && !shared->monitor.guard_observe;
 }
 
 /*

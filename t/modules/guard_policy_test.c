@@ -321,6 +321,9 @@ main(void)
 	   "cgroup: guards a cgroup v1 or v2 limit");
 	ok(!gm_guard_covers(GM_GUARD_CGROUP, GM_LIMIT_SYSTEM), "cgroup: not a whole machine (opt-in)");
 	ok(gm_guard_covers(GM_GUARD_MACHINE, GM_LIMIT_SYSTEM), "machine: guards a whole machine");
+	ok(gm_guard_covers(GM_GUARD_OBSERVE, GM_LIMIT_CGROUP_V1) && gm_guard_covers(GM_GUARD_OBSERVE, GM_LIMIT_CGROUP_V2) &&
+	   !gm_guard_covers(GM_GUARD_OBSERVE, GM_LIMIT_SYSTEM) && !gm_guard_covers(GM_GUARD_OBSERVE, GM_LIMIT_NONE),
+	   "observe: decides for what cgroup guards");
 	ok(gm_guard_covers(GM_GUARD_MACHINE, GM_LIMIT_CGROUP_V1) && gm_guard_covers(GM_GUARD_MACHINE, GM_LIMIT_CGROUP_V2),
 	   "machine: a cgroup limit, where there is one, still");
 	ok(!gm_guard_covers(GM_GUARD_MACHINE, GM_LIMIT_NONE) && !gm_guard_covers(GM_GUARD_CGROUP, GM_LIMIT_NONE),
