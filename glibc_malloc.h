@@ -461,8 +461,11 @@ typedef struct GmGuardProc
 	/* the decision */
 	bool		working;
 	int64		allow;			/* it may map this much more, from the budget */
+	int64		message;		/* ... not working: this much more for a
+								 * client message, not from the budget */
 	int64		reserve;		/* ... and this much, from the margin */
-	int64		limit;			/* vmdata + allow + reserve; GM_NO_LIMIT */
+	int64		limit;			/* vmdata + allow + message + reserve;
+								 * GM_NO_LIMIT */
 	bool		set;			/* set limit (else only if cur_limit is not
 								 * in force) */
 	bool		lowered;		/* set, and lower than cur_limit */
@@ -479,6 +482,8 @@ typedef struct GmGuardDecision
 	int64		reserve;		/* each process's reserve */
 	int64		reserve_wanted; /* what it would be if all fitted the margin */
 	bool		reserve_shrunk; /* reserve < reserve_wanted */
+	int64		shift;			/* the reserves at their floor beyond their
+								 * share of the margin, counted as usage */
 } GmGuardDecision;
 
 /*
@@ -501,6 +506,7 @@ extern bool gm_guard_covers(GmGuardMode mode, GmLimitSource source);
 extern const char *gm_guard_hint_remedy(GmLimitSource source);
 extern void gm_guard_levels(int64 limit, GmGuardLevels *lv);
 extern int	gm_guard_admit(int64 available, int64 ceiling, GmAdmitWaiter *waiters, int n);
+extern int64 gm_guard_reserve_shift(int64 limit, int n);
 extern bool gm_guard_engaged_after(int64 limit, int64 usage, bool engaged);
 extern bool gm_guard_measure(int64 limit, int64 usage, bool engaged);
 extern void gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecision *out);

@@ -43,12 +43,28 @@
  * it reserved and has not mapped yet before anybody gets anything: the
  * admission counted on it.
  *
+ * A process not working may also map GM_GUARD_MESSAGE for a client
+ * message, or the whole budget when that is less (rounded down to
+ * GM_GUARD_MESSAGE_GRAIN, so that a usage that moves a little changes no
+ * idle limit): PostgreSQL reads a whole message before any hook sees a
+ * statement, and parses, plans and runs it before the next look may count
+ * the process as working.  Measured on PostgreSQL 15 above an idle
+ * backend's VmData: an 8 MB query text needs 52 MB (the message buffer
+ * doubles to 16 MB; the scanner and the literal copy it), an 8 MB Bind
+ * value 40 MB.  That room is not taken from the budget: idle sessions that
+ * receive large messages within the same look may together go that far
+ * into the margin.
+ *
  * On top of that every process may map its reserve (GM_GUARD_PROC_RESERVE):
  * room for small work (SELECT 1, a login's first query, the catalog
  * catch-up after a sinval reset, NOTIFY delivery at the idle point, where
  * an ERROR becomes FATAL), kept in the margin: all reserves together take
  * at most GM_GUARD_RESERVE_SHARE % of it, and shrink when they do not fit
- * (the decision says so).  A limit is thus never at a process's VmData.
+ * (the decision says so), but not below GM_GUARD_RESERVE_FLOOR: what the
+ * reserves at the floor take beyond their share of the margin (the shift,
+ * gm_guard_reserve_shift) is counted as usage, so that the guard engages
+ * that much earlier and its budget is that much smaller.  A limit is thus
+ * never at a process's VmData.
  *
  * A raise smaller than GM_GUARD_SLACK is not worth a prlimit while the
  * limit in force leaves at least that much room (a lowering always is).
@@ -90,7 +106,14 @@
 										 * leaves this much above VmData */
 #define GM_GUARD_PROC_RESERVE (4 * MB)	/* each process's reserve, shrunk
 										 * so that all take at most ... */
-#define GM_GUARD_RESERVE_SHARE 50	/* ... this % of the margin */
+#define GM_GUARD_RESERVE_SHARE 50	/* ... this % of the margin, ... */
+#define GM_GUARD_RESERVE_FLOOR (1 * MB)	/* ... but never below this: the
+										 * guard engages earlier instead */
+#define GM_GUARD_MESSAGE	(64 * MB)	/* a process not working may map this
+										 * much (a client message, Parse,
+										 * Bind), as far as the budget goes,
+										 * ... */
+#define GM_GUARD_MESSAGE_GRAIN (4 * MB)	/* ... rounded down to this */
 #define GM_ADMIT_PASS_SHARE	50	/* a waiter may be passed for this % of
 									 * its memory_wait ... */
 #define GM_ADMIT_PASS_MAX_MS 30000	/* ... counted as at most this (the
@@ -155,6 +178,21 @@ gm_guard_levels(int64 limit, GmGuardLevels *lv)
 	lv->margin = margin;
 }
 
+/*
+ * What n processes' reserves at the floor take beyond their share of the
+ * margin of limit: counted as usage (the guard engages that much earlier).
+ */
+int64
+gm_guard_reserve_shift(int64 limit, int n)
+{
+	GmGuardLevels lv;
+
+	if (limit <= 0 || n <= 0)
+		return 0;
+	gm_guard_levels(limit, &lv);
+	return Max((int64) n * GM_GUARD_RESERVE_FLOOR - gm_pct(lv.margin, GM_GUARD_RESERVE_SHARE), 0);
+}
+
 /* Whether the guard is engaged after a look at usage (it was: engaged). */
 bool
 gm_guard_engaged_after(int64 limit, int64 usage, bool engaged)
@@ -211,8 +249,8 @@ cmp_since_asc(const void *a, const void *b)
 }
 
 /*
- * The policy: sets each process's decision fields (working, allow, reserve,
- * limit, set, lowered) and out.  Sorts procs by since.  With the guard not
+ * The policy: sets each process's decision fields (working, allow, message,
+ * reserve, limit, set, lowered) and out.  Sorts procs by since.  With the guard not
  * engaged after this look, every limit is GM_NO_LIMIT.
  */
 void
@@ -221,12 +259,15 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 	GmGuardLevels lv;
 	int64		budget;
 	int64		reserve;
+	int64		shift = gm_guard_reserve_shift(in->limit, n);
+	int64		message;
 	int			nworking = 0;
 	int			nidle;
 
 	memset(out, 0, sizeof(*out));
 	out->headroom = -1;
-	out->engaged = gm_guard_engaged_after(in->limit, in->usage, in->engaged);
+	out->shift = shift;
+	out->engaged = in->usage >= 0 && gm_guard_engaged_after(in->limit, in->usage + shift, in->engaged);
 	if (in->limit > 0)
 		gm_guard_levels(in->limit, &out->levels);
 	lv = out->levels;
@@ -237,6 +278,7 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 
 		p->working = proc_works(p);
 		p->allow = 0;
+		p->message = 0;
 		p->reserve = 0;
 		p->limit = GM_NO_LIMIT;
 		p->set = false;
@@ -254,7 +296,7 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 	}
 
 	out->headroom = Max(lv.target - in->usage, 0);
-	budget = out->headroom;
+	budget = out->headroom - shift;
 	for (int i = 0; i < n; i++)
 		if (procs[i].working)
 			budget -= Max(procs[i].vmdata - procs[i].rss, 0);
@@ -267,7 +309,7 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 	out->reserve_wanted = reserve;
 	if (n > 0 && reserve * n > gm_pct(lv.margin, GM_GUARD_RESERVE_SHARE))
 	{
-		reserve = gm_pct(lv.margin, GM_GUARD_RESERVE_SHARE) / n;
+		reserve = Max(gm_pct(lv.margin, GM_GUARD_RESERVE_SHARE) / n, GM_GUARD_RESERVE_FLOOR);
 		out->reserve_shrunk = true;
 	}
 	out->reserve = reserve;
@@ -287,8 +329,11 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 	/*
 	 * Those not working: at most GM_GUARD_FLOOR each, from at most half of
 	 * the budget, and only twice their last growth while others work (their
-	 * reserve covers small work); all of the budget when none works.
+	 * reserve covers small work); all of the budget when none works.  And
+	 * at least room for a client message, not taken from the budget.
 	 */
+	message = Min(GM_GUARD_MESSAGE, budget);
+	message -= message % GM_GUARD_MESSAGE_GRAIN;
 	if (nidle > 0)
 	{
 		int64		pool = nworking > 0 ? budget / 2 : budget;
@@ -344,8 +389,9 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 	{
 		GmGuardProc *p = &procs[i];
 
+		p->message = p->working ? 0 : Max(message - p->allow, 0);
 		p->reserve = reserve;
-		p->limit = p->vmdata + p->allow + reserve;
+		p->limit = p->vmdata + p->allow + p->message + reserve;
 		if (p->cur_limit == GM_NO_LIMIT || p->limit < p->cur_limit)
 		{
 			p->set = true;

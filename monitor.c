@@ -220,6 +220,7 @@ typedef struct GmGuarded
 static GmGuarded *guarded = NULL;
 static GmGuardProc *cands = NULL;
 static bool guard_engaged = false;
+static int	guard_nguarded = 0;	/* guarded processes in the last snapshots */
 static uint64 guard_looks = 0;	/* measured looks, numbered */
 static GmWaitLook *wait_looks = NULL;	/* admitted statements read this tick */
 static int	nlooks = 0;
@@ -932,6 +933,17 @@ guard_lift_all(void)
 	guard_lift(true, true);
 }
 
+/*
+ * The usage as the guard counts it: with the reserves of the guarded
+ * processes of the last look at their floor beyond their share of the
+ * margin (gm_guard_reserve_shift), so that it engages earlier.
+ */
+static int64
+guard_usage(const GmLimits *l)
+{
+	return l->usage + gm_guard_reserve_shift(l->limit, guard_nguarded);
+}
+
 /* Whether the guard can act on these limits (read, of a source it covers). */
 static bool
 guard_active(const GmLimits *l)
@@ -947,7 +959,7 @@ guard_active(const GmLimits *l)
 static bool
 guard_engaged_after(const GmLimits *l)
 {
-	return guard_active(l) && gm_guard_engaged_after(l->limit, l->usage, guard_engaged);
+	return guard_active(l) && gm_guard_engaged_after(l->limit, guard_usage(l), guard_engaged);
 }
 
 /* The free heap asked for and not returned yet, within the grace period. */
@@ -997,14 +1009,14 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 	 */
 	guard_lift(observe, !observe);
 
-	if (active && gm_guard_measure(l->limit, l->usage, guard_engaged))
+	if (active && gm_guard_measure(l->limit, guard_usage(l), guard_engaged))
 		guard_looks++;
 
 	/*
 	 * The candidates, with their VmData now: also in the last stretch
 	 * before engaging, so that the first engaged look knows who is growing.
 	 */
-	for (int i = 0; i < n && active && gm_guard_measure(l->limit, l->usage, guard_engaged); i++)
+	for (int i = 0; i < n && active && gm_guard_measure(l->limit, guard_usage(l), guard_engaged); i++)
 	{
 		const GmSnapshot *s = &snaps[i];
 		GmGuarded  *g = &guarded[s->slot];
@@ -1429,6 +1441,10 @@ monitor_tick(void)
 	nlooks = gm_shmem_wait_note_look(wait_looks);
 	read_limits(&l);
 	n = gm_shmem_all_snapshots(snaps);
+	guard_nguarded = 0;
+	for (int i = 0; i < n; i++)
+		if (snaps[i].guarded && snaps[i].pid != 0)
+			guard_nguarded++;
 	for (int i = 0; i < n; i++)
 		total_free += gm_snapshot_free_heap(&snaps[i]);
 	settle_asked(snaps, n);

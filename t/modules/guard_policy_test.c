@@ -69,7 +69,7 @@ main(void)
 	GmGuardLevels lv;
 	GmGuardInput in;
 	GmGuardDecision d;
-	GmGuardProc procs[200];
+	GmGuardProc procs[256];
 	int64		sum;
 
 	/* Levels: 800 MB: margin 64 MB (8 %), target 736, engage 576, release 536. */
@@ -124,8 +124,10 @@ main(void)
 	ok(sum <= d.budget, "the grants together fit the budget");
 	ok(find(procs, 2, 1)->allow == 0 && find(procs, 2, 2)->allow == 36 * MB,
 	   "the idle one, not growing, takes nothing from the budget; the working one all of it");
-	ok(find(procs, 2, 1)->reserve == 4 * MB && find(procs, 2, 1)->limit == 24 * MB,
-	   "the idle one's limit is its VmData plus a 4 MB reserve");
+	ok(find(procs, 2, 1)->reserve == 4 * MB && find(procs, 2, 1)->message == 36 * MB &&
+	   find(procs, 2, 1)->limit == 20 * MB + 36 * MB + 4 * MB,
+	   "the idle one's limit is its VmData, room for a client message of the whole 36 MB budget (not taken from it) and a 4 MB reserve");
+	ok(find(procs, 2, 2)->message == 0, "a working one gets no message room: its grant is its room");
 	ok(find(procs, 2, 2)->limit == 300 * MB + 36 * MB + 4 * MB, "the working one's: VmData, its grant and the reserve");
 	ok(find(procs, 2, 2)->lowered && find(procs, 2, 2)->set, "a first limit counts as lowered");
 
@@ -147,6 +149,22 @@ main(void)
 	ok(d.headroom == 0 && d.budget == 0, "past the target: 0 headroom, 0 budget");
 	ok(find(procs, 2, 1)->allow == 0 && find(procs, 2, 2)->allow == 0, "nobody may map more from the budget");
 	ok(find(procs, 2, 2)->limit == 10 * MB + 4 * MB, "but an idle backend's limit never sits at its VmData: the reserve");
+	ok(find(procs, 2, 2)->message == 0, "and no message room without a budget");
+
+	/* With 7 MB of budget, an idle backend's message room is 4 MB of it (its grain). */
+	in.usage = 729 * MB;
+	gm_guard_policy(&in, procs, 2, &d);
+	ok(d.budget == 7 * MB && find(procs, 2, 2)->allow + find(procs, 2, 2)->message == 4 * MB,
+	   "7 MB of budget: an idle backend may take a message of 4 MB, what the budget allows in its 4 MB grain");
+	/* With 450 MB of budget, 64 MB: an 8 MB query text needs 52 MB, an 8 MB Bind 40 MB. */
+	in.limit = 2000 * MB;
+	in.usage = 1450 * MB;
+	procs[0] = proc(1, 100 * MB, 5 * MB, false, false);
+	gm_guard_policy(&in, procs, 2, &d);
+	ok(d.budget > 400 * MB && find(procs, 2, 2)->message == 64 * MB,
+	   "a large budget: an idle backend may take a client message of 64 MB (an 8 MB query text needs 52 MB)");
+	in.limit = 800 * MB;
+	in.usage = 740 * MB;
 
 	/* Several working: the earliest first, the latest gets what is left. */
 	in.usage = 600 * MB;
@@ -229,15 +247,18 @@ main(void)
 	/*
 	 * 60 pooled sessions, 44 MB of headroom (692 of 800 MB): a statement
 	 * starts in one that was idle, and it may map at least 20 MB at the
-	 * next look (before: 370 kB, a share of half of the budget).
+	 * next look (before: 370 kB, a share of half of the budget).  Their
+	 * reserves at the 1 MB floor take 28 MB beyond half of the 64 MB
+	 * margin, counted as usage: 664 MB leave the 44 MB of budget.
 	 */
-	in.usage = 692 * MB;
+	in.usage = 664 * MB;
 	for (int i = 0; i < 60; i++)
 		procs[i] = proc(i + 1, 12 * MB, 0, true, false);
 	procs[7].started = true;
 	gm_guard_policy(&in, procs, 60, &d);
 	ok(d.nworking == 1, "60 idle sessions, a statement starts in one: one working");
-	ok(find(procs, 60, 8)->allow >= 20 * MB, "which may map at least 20 MB of the 44 MB of headroom");
+	ok(d.shift == 28 * MB && d.budget == 44 * MB, "60 reserves at the 1 MB floor: 28 MB counted as usage, 44 MB of budget");
+	ok(find(procs, 60, 8)->allow >= 20 * MB, "which may map at least 20 MB of the 44 MB of budget");
 	sum = 0;
 	for (int i = 0; i < 60; i++)
 		sum += procs[i].allow;
@@ -252,7 +273,7 @@ main(void)
 	 * counted as working, the finished one (smallest first) took twice its
 	 * growth, all of the budget, and the new sort was left its reserve.
 	 */
-	in.usage = 722202624;
+	in.usage = 722202624 - 28 * MB;	/* the 60 reserves' shift, as above */
 	for (int i = 0; i < 60; i++)
 		procs[i] = proc(i + 1, 2674688, 0, true, false);
 	procs[0] = proc(1, 2674688, 0, false, true);
@@ -310,6 +331,29 @@ main(void)
 	   "30 backends: the reserve is shrunk to fit half of the margin, and says so");
 	ok(d.reserve * 30 <= 32 * MB, "all reserves together within half of the margin");
 	ok(procs[0].limit > procs[0].vmdata, "an idle backend's limit still above its VmData");
+
+	/*
+	 * 250 backends in 800 MB: shrunk to fit, each would get 131 kB, too
+	 * little for catalog catch-up or NOTIFY delivery at the idle point
+	 * (where an ERROR is FATAL).  Each keeps 1 MB; the 218 MB beyond half
+	 * of the margin count as usage: the guard engages at 358 MB instead of
+	 * 576 MB, and not at 357 MB.
+	 */
+	for (int i = 0; i < 250; i++)
+		procs[i] = proc(i + 1, 4 * MB, 0, true, false);
+	ok(gm_guard_reserve_shift(800 * MB, 250) == 218 * MB, "250 reserves of 1 MB: 218 MB beyond half of the 64 MB margin");
+	ok(gm_guard_reserve_shift(800 * MB, 32) == 0 && gm_guard_reserve_shift(800 * MB, 0) == 0,
+	   "32 reserves of 1 MB fit half of the margin: no shift");
+	in.engaged = false;
+	in.usage = 358 * MB;
+	gm_guard_policy(&in, procs, 250, &d);
+	ok(d.engaged && d.reserve == MB && d.reserve_shrunk && d.shift == 218 * MB,
+	   "250 backends at 358 MB: engaged, each with a reserve of 1 MB (the floor)");
+	ok(procs[0].limit >= procs[0].vmdata + MB, "each limit leaves at least the 1 MB reserve");
+	in.usage = 357 * MB;
+	gm_guard_policy(&in, procs, 250, &d);
+	ok(!d.engaged, "at 357 MB not engaged yet");
+	in.engaged = true;
 
 	/*
 	 * glibc_malloc.memory_guard: which sources each value guards.  A whole
@@ -400,19 +444,23 @@ main(void)
 				bool		works = p->started || p->in_statement || !p->waits_for_client;
 
 				sum += p->allow;
-				if (p->limit <= p->vmdata || p->limit != p->vmdata + p->allow + d.reserve)
+				if (p->limit <= p->vmdata || p->limit != p->vmdata + p->allow + p->message + d.reserve ||
+					p->message < 0 || (p->working && p->message != 0))
 					bad_limit++;
 				if (p->working != works)
 					bad_working++;
 			}
 			if (sum > d.budget)
 				bad_budget++;
-			if (d.reserve * np > lv.margin / 2 + np)
+			/* At most half of the margin, or at the floor with the rest counted as usage. */
+			if (d.reserve < MB ||
+				(d.reserve * np > lv.margin / 2 + np &&
+				 !(d.reserve == MB && d.shift == (int64) np * MB - lv.margin / 2)))
 				bad_reserve++;
 		}
 		ok(bad_budget == 0, "2000 random snapshots: the grants never exceed the budget");
-		ok(bad_reserve == 0, "the reserves never take more than half of the margin");
-		ok(bad_limit == 0, "every limit is VmData plus the grant plus the reserve, above VmData");
+		ok(bad_reserve == 0, "the reserves take at most half of the margin, or sit at their 1 MB floor with the rest counted as usage");
+		ok(bad_limit == 0, "every limit is VmData plus the grant, the message room (idle only) and the reserve, above VmData");
 		ok(bad_working == 0, "working: started or running");
 	}
 
