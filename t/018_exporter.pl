@@ -93,10 +93,10 @@ for my $m (qw(enabled engaged limited_processes guard_errors max_backend_memory_
 # kernel does not keep here (oom_kills, oom_group_kills NULL) is NaN, and
 # the scrape does not fail.
 my %g;
-@g{qw(reserve_bytes reserve_shrunk oom_kills oom_group_kills waits wait_time admissions wait_timeouts wait_skips unreserved_runs)} = split /\|/,
-  $node->safe_psql('postgres', 'SELECT coalesce(reserve_bytes, 0), coalesce(reserve_shrunk, false)::int, oom_kills, oom_group_kills, waits, wait_time, admissions, wait_timeouts, wait_skips, unreserved_runs FROM glibc_malloc_guard'),
+@g{qw(reserve_bytes reserve_shrunk oom_kills oom_group_kills waits wait_time admissions wait_timeouts wait_skips unreserved_runs would_limit would_fail mode)} = split /\|/,
+  $node->safe_psql('postgres', 'SELECT coalesce(reserve_bytes, 0), coalesce(reserve_shrunk, false)::int, oom_kills, oom_group_kills, waits, wait_time, admissions, wait_timeouts, wait_skips, unreserved_runs, would_limit, would_fail, mode FROM glibc_malloc_guard'),
   -1;
-for my $m (qw(reserve_bytes reserve_shrunk waits admissions wait_timeouts wait_skips unreserved_runs))
+for my $m (qw(reserve_bytes reserve_shrunk waits admissions wait_timeouts wait_skips unreserved_runs would_limit would_fail))
 {
 	is(metric("glibc_malloc_guard_$m"), $g{$m}, "glibc_malloc_guard_$m as in the view");
 }
@@ -113,10 +113,30 @@ for my $m (qw(oom_kills oom_group_kills))
 		is($v, $g{$m}, "glibc_malloc_guard_$m as in the view");
 	}
 }
-for my $m (qw(oom_kills oom_group_kills waits wait_time_seconds admissions wait_timeouts wait_skips unreserved_runs))
+for my $m (qw(oom_kills oom_group_kills waits wait_time_seconds admissions wait_timeouts wait_skips unreserved_runs would_limit would_fail))
 {
 	like($metrics, qr/^# TYPE glibc_malloc_guard_$m counter$/m, "glibc_malloc_guard_$m is typed counter");
 }
+# The guard's mode: four series, 1 for the view's mode (cgroup, the
+# default), not a label of the guard's other series.
+is($g{mode}, 'cgroup', 'the guard runs in its default mode, cgroup');
+for my $mode (qw(off cgroup machine observe))
+{
+	is(metric('glibc_malloc_guard_mode_active', mode => $mode), $mode eq $g{mode} ? 1 : 0,
+		"glibc_malloc_guard_mode_active{mode=\"$mode\"}: " . ($mode eq $g{mode} ? 1 : 0));
+}
+unlike($metrics, qr/^glibc_malloc_guard_waits\{[^}]*mode=/m, 'the guard\'s counters have no mode label');
+# Not engaged here: the headroom is NaN, not 0 (0 would say "no room").
+is($node->safe_psql('postgres', 'SELECT engaged FROM glibc_malloc_guard'), 'f', 'the guard is not engaged');
+my ($hr) = $metrics =~ /^glibc_malloc_guard_headroom_bytes(?:\{[^}]*\})? (\S+)$/m;
+is($hr, 'NaN', 'glibc_malloc_guard_headroom_bytes is NaN while the guard is not engaged');
+my $target = $node->safe_psql('postgres', 'SELECT target_bytes FROM glibc_malloc_guard');
+my ($mt) = $metrics =~ /^glibc_malloc_guard_target_bytes(?:\{[^}]*\})? (\S+)$/m;
+is($mt, $target eq '' ? 'NaN' : $target + 0 == $mt ? $mt : $target,
+	'glibc_malloc_guard_target_bytes as in the view, NaN where the guard does not cover the limit (view: ' . ($target eq '' ? 'NULL' : $target) . ')');
+# The monitor is on by setting: MonitorDown's condition.
+is(metric('glibc_malloc_monitor_enabled', source => $source), 1, 'glibc_malloc_monitor_enabled is 1 (glibc_malloc.memory_monitor = on)');
+is(metric('glibc_malloc_monitor_running', source => $source), 1, 'and glibc_malloc_monitor_running is 1');
 my $headroom = $node->safe_psql('postgres', 'SELECT commit_headroom_bytes FROM glibc_malloc_monitor');
 my ($mh) = $metrics =~ /^glibc_malloc_monitor_commit_headroom_bytes(?:\{[^}]*\})? (\S+)$/m;
 ok(defined $mh && ($headroom eq '' ? $mh eq 'NaN' : abs($mh - $headroom) < 2**30),

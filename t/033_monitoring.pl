@@ -180,7 +180,7 @@ for my $fl (qw(pe cnpg))
 	unlike($rules, qr/^\s+runbook:/m, "$f->{rules}: no relative runbook: annotation");
 	for my $a (@a)
 	{
-		like($rules, qr/- alert: $a\n(?:.*\n){1,12}?\s+description: "[^"]{20,}"\n\s+runbook_url: "\Q$runbook_base\E#\L$a\E"/,
+		like($rules, qr/- alert: $a\n(?:.*\n){1,12}?\s+description: "(?:[^"\\]|\\.){20,}"\n\s+runbook_url: "\Q$runbook_base\E#\L$a\E"/,
 			"$f->{rules}: $a has a description and an absolute runbook_url to its section");
 	}
 
@@ -411,6 +411,7 @@ for my $a (@alerts)
 }
 for my $a ($runbook =~ /^## (\w+)$/mg)
 {
+	next if $a eq 'Privileges';	# the sections before the alerts'
 	ok((grep { $_ eq $a } @alerts), "runbook section $a is an alert of the rules");
 }
 my @blocks = $runbook =~ /```sql\n(.*?)```/sg;
@@ -471,7 +472,8 @@ for my $doc ([ 'runbook', $runbook ], [ 'dashboard', $dash_text ])
 	for my $name ($text =~ /`([a-z][a-z0-9]*_[a-z0-9_]*)`/g)
 	{
 		next if $seen{$name}++ || $name =~ /^glibc_malloc_/;
-		ok($column{$name} || $setting{$name} || $role{$name} || $object{$name} || $builtin{$name} || $exported{$name},
+		ok($column{$name} || $setting{$name} || $role{$name} || $object{$name} || $builtin{$name} || $exported{$name}
+			  || $names{cnpg}{$name} || $name eq 'cnpg_',
 			"$what: `$name` is a view's column, a setting, a role or a relation");
 	}
 }
