@@ -35,7 +35,6 @@
 #include "nodes/params.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
-#include "utils/varlena.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 
@@ -222,69 +221,6 @@ cmp_finding(const void *a, const void *b)
 	return (x->pid > y->pid) - (x->pid < y->pid);
 }
 
-#if PG_VERSION_NUM >= 140000
-/* A library's name as shared_preload_libraries gives it, without "$libdir/" or ".so". */
-static const char *
-library_name(char *name)
-{
-	char	   *slash = strrchr(name, '/');
-	size_t		len;
-
-	if (slash)
-		name = slash + 1;
-	len = strlen(name);
-	if (len > 3 && strcmp(name + len - 3, ".so") == 0)
-		name[len - 3] = '\0';
-	return name;
-}
-#endif
-
-/*
- * Whether shared_preload_libraries lists pg_stat_statements after
- * glibc_malloc while both record utility statements (PostgreSQL 14+, where
- * they have queryids): pg_stat_statements' ProcessUtility hook then runs
- * first and zeroes their queryid before glibc_malloc's sees it.  Only for
- * roles that may read shared_preload_libraries (pg_read_all_settings).
- */
-static bool
-pgss_after_us(void)
-{
-#if PG_VERSION_NUM >= 140000
-	const char *spl;
-	const char *track = GetConfigOption("glibc_malloc.track_statements", true, false);
-	const char *pgss_track = GetConfigOption("pg_stat_statements.track", true, false);
-	const char *pgss_utility = GetConfigOption("pg_stat_statements.track_utility", true, false);
-	List	   *names;
-	ListCell   *lc;
-	int			us = -1;
-	int			pgss = -1;
-	int			i = 0;
-
-	/* shared_preload_libraries is not every role's to read. */
-	if (!has_privs_of_role(GetUserId(), ROLE_PG_READ_ALL_SETTINGS))
-		return false;
-	spl = GetConfigOption("shared_preload_libraries", true, true);
-	if (spl == NULL || track == NULL || strcmp(track, "none") == 0 ||
-		pgss_track == NULL || strcmp(pgss_track, "none") == 0 ||
-		pgss_utility == NULL || strcmp(pgss_utility, "on") != 0 ||
-		!SplitIdentifierString(pstrdup(spl), ',', &names))
-		return false;
-	foreach(lc, names)
-	{
-		const char *name = library_name(lfirst(lc));
-
-		if (strcmp(name, "glibc_malloc") == 0 && us < 0)
-			us = i;
-		else if (strcmp(name, "pg_stat_statements") == 0 && pgss < 0)
-			pgss = i;
-		i++;
-	}
-	return us >= 0 && pgss > us;
-#else
-	return false;				/* no queryids for utility statements */
-#endif
-}
-
 PG_FUNCTION_INFO_V1(glibc_malloc_doctor);
 
 /*
@@ -316,10 +252,6 @@ glibc_malloc_doctor(PG_FUNCTION_ARGS)
 		doctor_row(rsinfo, "environment", 0, -1,
 				   "GLIBC_TUNABLES or MALLOC_*_ in the server's environment freeze glibc's dynamic thresholds in every backend, for the life of the process",
 				   "remove them from the server's environment and use glibc_malloc.preset, which can be set per role, database and session");
-	if (pgss_after_us())
-		doctor_row(rsinfo, "preload_order", 0, -1,
-				   "shared_preload_libraries lists pg_stat_statements after glibc_malloc: pg_stat_statements hides the queryid of utility statements (CREATE INDEX, COPY, VACUUM...) from the modules it calls, so glibc_malloc_statements does not record them",
-				   "list pg_stat_statements first: shared_preload_libraries = 'pg_stat_statements,glibc_malloc' (a restart)");
 	if (!GM_WAIT_EVENTS_REPORTED())
 		doctor_row(rsinfo, "track_activities", 0, -1,
 				   "track_activities is off in this session, and maybe in others: before PostgreSQL 14 a backend with it off reports no wait events, so balanced and idle_release_delay never release its idle memory, and glibc_malloc_trim_idle() never finds it idle",

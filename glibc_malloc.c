@@ -59,6 +59,7 @@
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "optimizer/planner.h"
+#include "parser/analyze.h"
 #include "storage/ipc.h"
 #include "tcop/pquery.h"
 #include "tcop/utility.h"
@@ -78,6 +79,7 @@ static ExecutorFinish_hook_type prev_ExecutorFinish = NULL;
 static planner_hook_type prev_planner = NULL;
 static emit_log_hook_type prev_emit_log_hook = NULL;
 static ProcessUtility_hook_type prev_ProcessUtility = NULL;
+static post_parse_analyze_hook_type prev_post_parse_analyze = NULL;
 
 /*
  * The "out of memory" error being handled was counted: its catches at
@@ -713,6 +715,18 @@ gm_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 }
 
 /*
+ * Parse analysis: a utility statement's queryid for glibc_malloc_statements,
+ * which pg_stat_statements hides from the ProcessUtility hooks after it.
+ */
+static void
+gm_post_parse_analyze(GM_PPA_ARGS)
+{
+	if (prev_post_parse_analyze)
+		prev_post_parse_analyze(GM_PPA_PASS);
+	gm_statements_analyzed(query);
+}
+
+/*
  * Utility statements (COPY, CREATE INDEX, VACUUM, SET ...) never reach
  * ExecutorStart: apply a changed max_backend_memory before them too.  Those
  * glibc_malloc_statements records (not EXECUTE, PREPARE, DEALLOCATE) count
@@ -818,6 +832,8 @@ _PG_init(void)
 	ProcessUtility_hook = gm_ProcessUtility;
 	prev_emit_log_hook = emit_log_hook;
 	emit_log_hook = gm_emit_log_hook;
+	prev_post_parse_analyze = post_parse_analyze_hook;
+	post_parse_analyze_hook = gm_post_parse_analyze;
 	RegisterXactCallback(gm_xact_callback, NULL);
 	RegisterSubXactCallback(gm_subxact_callback, NULL);
 }

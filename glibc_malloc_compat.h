@@ -210,6 +210,19 @@ gm_init_srf(FunctionCallInfo fcinfo)
 #define GM_ENABLE_QUERY_ID() ((void) 0)
 #endif
 
+/*
+ * post_parse_analyze_hook: PG 14 added the JumbleState (and core
+ * queryids); before it only pg_stat_statements computes them, in this
+ * hook, after the modules loaded before it.
+ */
+#if PG_VERSION_NUM >= 140000
+#define GM_PPA_ARGS ParseState *pstate, Query *query, JumbleState *jstate
+#define GM_PPA_PASS pstate, query, jstate
+#else
+#define GM_PPA_ARGS ParseState *pstate, Query *query
+#define GM_PPA_PASS pstate, query
+#endif
+
 /* ExecutorRun_hook: PG 18 dropped execute_once. */
 #if PG_VERSION_NUM >= 180000
 #define GM_ER_ARGS QueryDesc *queryDesc, ScanDirection direction, uint64 count

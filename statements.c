@@ -913,6 +913,57 @@ gm_statements_executor_ended(GmStmtEnd *end, bool failed)
 }
 
 /*
+ * The queryids of the last utility statements parse analysis gave (PG 14+):
+ * pg_stat_statements zeroes a utility statement's queryid in its
+ * ProcessUtility hook before it calls the next module's, so that with it
+ * listed after glibc_malloc (as CloudNativePG lists its own libraries) the
+ * queryid is taken from here.  A statement is known by its node and its
+ * place in the query text.
+ */
+#define GM_UTILITY_IDS 8
+typedef struct GmUtilityId
+{
+	const Node *stmt;
+	int			location;
+	int			len;
+	uint64		queryid;
+} GmUtilityId;
+static GmUtilityId utility_ids[GM_UTILITY_IDS];
+static int	utility_next = 0;
+
+/* post_parse_analyze: remember a utility statement's queryid. */
+void
+gm_statements_analyzed(Query *query)
+{
+	GmUtilityId *u;
+
+	if (query->utilityStmt == NULL || query->queryId == UINT64CONST(0))
+		return;
+	u = &utility_ids[utility_next++ % GM_UTILITY_IDS];
+	u->stmt = query->utilityStmt;
+	u->location = query->stmt_location;
+	u->len = query->stmt_len;
+	u->queryid = query->queryId;
+}
+
+/* A utility statement's queryid: its own, else the one analysis gave it. */
+static uint64
+utility_queryid(PlannedStmt *pstmt)
+{
+	if (pstmt->queryId != UINT64CONST(0))
+		return pstmt->queryId;
+	for (int i = 0; i < GM_UTILITY_IDS; i++)
+	{
+		GmUtilityId *u = &utility_ids[i];
+
+		if (u->stmt != NULL && u->stmt == pstmt->utilityStmt &&
+			u->location == pstmt->stmt_location && u->len == pstmt->stmt_len)
+			return u->queryid;
+	}
+	return UINT64CONST(0);
+}
+
+/*
  * ProcessUtility, before: whether the statement is recorded, and its start
  * in *mark.  EXECUTE, PREPARE and DEALLOCATE are not (the executor of
  * EXECUTE is, at this level).
@@ -922,16 +973,18 @@ gm_statements_utility_start(PlannedStmt *pstmt, int nesting, GmUtilityMark *mark
 {
 	Node	   *stmt = pstmt->utilityStmt;
 	GmMallinfo	mi;
+	uint64		queryid;
 
 	mark->tracked = false;
 	if (stmt == NULL || IsA(stmt, ExecuteStmt) || IsA(stmt, PrepareStmt) || IsA(stmt, DeallocateStmt))
 		return false;
 	if (!tracked(nesting))
 		return true;
-	make_key(&mark->key, pstmt->queryId, nesting);
+	queryid = utility_queryid(pstmt);
+	make_key(&mark->key, queryid, nesting);
 	if (nesting == 0)
-		top_start(pstmt->queryId != UINT64CONST(0) ? &mark->key : NULL);
-	if (pstmt->queryId == UINT64CONST(0))
+		top_start(queryid != UINT64CONST(0) ? &mark->key : NULL);
+	if (queryid == UINT64CONST(0))
 	{
 		count_no_queryid();
 		return true;
