@@ -874,14 +874,31 @@ guard_set(int slot, int pid, int64 limit)
 	 */
 	for (int i = 0; i < 3; i++)
 	{
+		int64		rc;
+
 		own = gm_shmem_slot_own_limit(slot);
 		want = Min(limit, own);
-		if (gm_set_data_limit(pid, want) < 0)
+
+		/*
+		 * Under ProcArrayLock, the slot's PGPROC still holding pid: as in
+		 * send_request, the pid cannot have been reaped and handed to an
+		 * unrelated process meanwhile.
+		 */
+		LWLockAcquire(ProcArrayLock, LW_SHARED);
+		if (GetPGProcByNumber(slot)->pid == pid)
+			rc = gm_set_data_limit(pid, want);
+		else
+		{
+			rc = -1;
+			errno = ESRCH;
+		}
+		LWLockRelease(ProcArrayLock);
+		if (rc < 0)
 		{
 			int			save_errno = errno;
 
 			/* Not allowed (a security module): say so once; gone: nothing. */
-			if (!warned && kill(pid, 0) == 0)
+			if (!warned && save_errno != ESRCH && kill(pid, 0) == 0)
 			{
 				errno = save_errno;
 				ereport(WARNING,

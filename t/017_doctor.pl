@@ -136,28 +136,4 @@ $_->quit for $c, $g, $s, $admin;
 check_clean_server($node, 0, 100000);
 $node->stop;
 
-# The preload order does not matter: with pg_stat_statements listed after
-# glibc_malloc (as CloudNativePG lists the libraries it manages), whose
-# ProcessUtility hook zeroes a utility statement's queryid before it calls
-# glibc_malloc's, the utility statement is still recorded under its
-# queryid (PostgreSQL 14 and later: before, utility statements have none),
-# and the doctor has no advice about the order.
-my $order = new_node('doctor_order', "shared_preload_libraries = 'glibc_malloc,pg_stat_statements'\nglibc_malloc.track_statements = top\n");
-$order->safe_psql('postgres', 'CREATE EXTENSION pg_stat_statements; CREATE TABLE ord AS SELECT g AS a FROM generate_series(1, 10000) g');
-SKIP:
-{
-	skip 'utility statements have no queryid before PostgreSQL 14', 3
-	  if $order->safe_psql('postgres', 'SHOW server_version_num') < 140000;
-	$order->safe_psql('postgres', 'CREATE INDEX ord_a ON ord (a)');
-	$order->safe_psql('postgres', "SELECT 1; CREATE INDEX ord_a2 ON ord (a); SELECT 2");
-	is($order->safe_psql('postgres',
-		q{SELECT s.calls FROM glibc_malloc_statements s JOIN pg_stat_statements p USING (userid, dbid, queryid, toplevel) WHERE p.query = 'CREATE INDEX ord_a ON ord (a)'}),
-		'1', 'glibc_malloc listed before pg_stat_statements: CREATE INDEX is recorded under its queryid');
-	is($order->safe_psql('postgres',
-		q{SELECT s.calls FROM glibc_malloc_statements s JOIN pg_stat_statements p USING (userid, dbid, queryid, toplevel) WHERE p.query = 'CREATE INDEX ord_a2 ON ord (a)'}),
-		'1', 'so is one in the middle of a multi-statement query');
-	is($order->safe_psql('postgres', "SELECT count(*) FROM glibc_malloc_doctor() WHERE kind = 'preload_order'"), '0',
-		'the doctor has no advice about the order');
-}
-$order->stop;
 done_testing();
