@@ -334,7 +334,7 @@ for my $v (sort keys %spelling)
 	is($node->safe_psql('postgres', 'SHOW glibc_malloc.memory_guard'), $spelling{$v}, "memory_guard = $v in postgresql.conf reads as $spelling{$v}");
 }
 ($ret, $out, $err) = $node->psql('postgres', "ALTER SYSTEM SET glibc_malloc.memory_guard = maybe");
-like($err, qr/invalid value for parameter "glibc_malloc.memory_guard": "maybe"\n.*HINT:  Available values: off, cgroup, machine\./,
+like($err, qr/invalid value for parameter "glibc_malloc.memory_guard": "maybe"\n.*HINT:  Available values: off, cgroup, machine, observe\./,
 	'a bad value is refused, naming the values (not the hidden spellings)');
 $node->safe_psql('postgres', "ALTER SYSTEM SET glibc_malloc.memory_guard = 'on'; SELECT pg_reload_conf()");
 is($node->safe_psql('postgres', 'SHOW glibc_malloc.memory_guard'), 'cgroup', 'ALTER SYSTEM SET memory_guard = on (as 1.6 wrote it): cgroup');
