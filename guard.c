@@ -99,6 +99,21 @@
  */
 static int	memory_wait = 30000;
 
+/*
+ * GUC glibc_malloc.max_memory_wait, ms: the longest any session's
+ * memory_wait counts for (a waiter keeps the memory that frees for itself
+ * once it has waited half of its wait: a plain role's 1 h must not hold
+ * it that long).
+ */
+static int	max_memory_wait = 30000;
+
+/* The memory_wait in force: the session's, at most max_memory_wait. */
+static inline int
+wait_ms(void)
+{
+	return Min(memory_wait, max_memory_wait);
+}
+
 /* This process's statement is queued or admitted (gm_shmem_wait_leave due). */
 static bool wait_entered = false;
 
@@ -376,7 +391,7 @@ gm_guard_wait_for_memory(int64 need)
 	}
 	start = gm_monotonic_usec();
 	gm_shmem_wait_lock();
-	gm_shmem_wait_enqueue(need, memory_wait, start);
+	gm_shmem_wait_enqueue(need, wait_ms(), start);
 	gm_shmem_wait_unlock();
 	wait_entered = true;
 
@@ -386,7 +401,7 @@ gm_guard_wait_for_memory(int64 need)
 			gm_shmem_wait_note_base();
 			return 0;
 		case GM_ROUND_RUN:
-			gm_shmem_wait_count(memory_wait > 0 ? GM_WAIT_SKIPS : GM_WAIT_UNRESERVED, 1);
+			gm_shmem_wait_count(wait_ms() > 0 ? GM_WAIT_SKIPS : GM_WAIT_UNRESERVED, 1);
 			/* FALLTHROUGH */
 		case GM_ROUND_NO_LOOK:
 			/* Nothing to wait for: runs as without the wait. */
@@ -394,7 +409,7 @@ gm_guard_wait_for_memory(int64 need)
 			gm_shmem_wait_leave();
 			return 0;
 		case GM_ROUND_WAIT:
-			if (memory_wait > 0)
+			if (wait_ms() > 0)
 				break;
 			/* memory_wait = 0: runs at once, without a reservation. */
 			gm_shmem_wait_lock();
@@ -469,7 +484,7 @@ wait_loop(int64 start, bool *timed_out)
 	while (!admitted)
 	{
 		int64		now = gm_monotonic_usec();
-		int64		left_ms = memory_wait - (now - start) / 1000;
+		int64		left_ms = wait_ms() - (now - start) / 1000;
 
 		if (left_ms <= 0)
 		{
@@ -662,7 +677,7 @@ assign_max_backend_memory(int newval, void *extra)
 		gm_guard_apply();
 }
 
-/* Define glibc_malloc.max_backend_memory and memory_wait; from _PG_init. */
+/* Define glibc_malloc.max_backend_memory, memory_wait and max_memory_wait; from _PG_init. */
 void
 gm_guard_define_gucs(void)
 {
@@ -676,6 +691,19 @@ gm_guard_define_gucs(void)
 							&memory_wait,
 							30000, 0, 3600 * 1000,
 							PGC_USERSET,
+							GUC_UNIT_MS,
+							NULL, NULL, NULL);
+
+	/*
+	 * SUSET: a ceiling a role may not lift, so that no session holds the
+	 * memory that frees (kept for a waiter) longer than the server allows.
+	 */
+	DefineCustomIntVariable("glibc_malloc.max_memory_wait",
+							"The longest glibc_malloc.memory_wait counts for, whatever a session sets.",
+							"A longer memory_wait is cut to it.",
+							&max_memory_wait,
+							30000, 0, 3600 * 1000,
+							PGC_SUSET,
 							GUC_UNIT_MS,
 							NULL, NULL, NULL);
 

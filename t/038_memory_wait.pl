@@ -299,6 +299,20 @@ $r = finish_query(start_query("SET work_mem = '4MB'; $big", "SET glibc_malloc.me
 like($r->{out} . $r->{err}, qr/^$big_rows$|out of memory/m, 'a wait that runs out runs the statement (it completes or gets the guard\'s error)');
 is(guard()->[6] - $after->[6], 1, 'and is counted in wait_timeouts');
 
+# A session's memory_wait of an hour is cut to the server's
+# max_memory_wait (SUSET: a plain role may not raise it).
+$node->safe_psql('postgres', "CREATE ROLE plain LOGIN");
+my ($pret, $pout, $perr) = $node->psql('postgres', "SET glibc_malloc.max_memory_wait = '1h'", extra_params => [ '-U', 'plain' ]);
+like($perr, qr/permission denied to set parameter "glibc_malloc.max_memory_wait"/, 'a plain role may not raise max_memory_wait');
+$node->safe_psql('postgres', "ALTER SYSTEM SET glibc_malloc.max_memory_wait = '2s'");
+$node->reload;
+$r = finish_query(start_query("SET work_mem = '4MB'; $big", "SET glibc_malloc.memory_wait = '1h'"));
+like($r->{out} . $r->{err}, qr/^$big_rows$|out of memory/m, 'memory_wait = 1h under max_memory_wait = 2s: the wait runs out and the statement runs');
+cmp_ok($r->{secs}, '<', 30, sprintf('after about 2 s (%.1f s), not an hour', $r->{secs}));
+is(guard()->[6] - $after->[6], 2, 'counted in wait_timeouts');
+$node->safe_psql('postgres', "ALTER SYSTEM RESET glibc_malloc.max_memory_wait");
+$node->reload;
+
 # Nothing leaked: with every session gone, a recorded sort is admitted at once.
 $hog->query_safe('COMMIT');
 $hog->quit;
