@@ -1,7 +1,7 @@
 # glibc_malloc: a thin PGXS Makefile.
 
 MODULE_big = glibc_malloc
-OBJS = glibc_malloc.o settings.o allocator.o stats.o doctor.o guard.o monitor.o statements.o idle.o shmem.o guard_policy.o
+OBJS = glibc_malloc.o settings.o allocator.o stats.o doctor.o guard.o monitor.o statements.o idle.o shmem.o guard_policy.o memsource.o
 
 EXTENSION = glibc_malloc
 # The version has one source: the control file.

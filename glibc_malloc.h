@@ -511,6 +511,23 @@ extern bool gm_guard_engaged_after(int64 limit, int64 usage, bool engaged);
 extern bool gm_guard_measure(int64 limit, int64 usage, bool engaged);
 extern void gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecision *out);
 
+/* 4. memsource.c: one reading of the server's memory limit and usage. */
+typedef struct GmLimits
+{
+	GmLimitSource source;
+	const char *dir;			/* the cgroup directory of the limit, or "" */
+	int64		limit;			/* -1 = none */
+	int64		usage;			/* -1 = unknown */
+	double		psi;			/* some avg10, -1 = unknown */
+	int64		commit_headroom;	/* CommitLimit - Committed_AS; PG_INT64_MIN */
+	int64		oom_kills;		/* the server's cgroup's, -1 = none */
+	int64		oom_group_kills;	/* -1 = none */
+} GmLimits;
+extern const char *const gm_limit_source_names[];
+extern bool gm_read_small_file(const char *path, char *buf, size_t size);
+extern void gm_memsource_detect(const char *configured);
+extern void gm_memsource_read(GmLimits *l);
+
 /* 5. monitor.c */
 extern void gm_monitor_define_gucs(void);
 extern void gm_monitor_register(void);
