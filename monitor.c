@@ -464,38 +464,19 @@ asked_pending(void)
 }
 
 /*
- * The memory guard, once per tick, with the limits just read: measure the
- * guarded processes (VmData, RssAnon, growth over windows of
- * GM_MONITOR_TICK_MS, whether they wait for their client), ask the policy
- * (gm_guard_policy), set the limits it decided, log and publish.  While
- * engaged the monitor looks every GM_GUARD_TICK_MS.
+ * Measure the guarded processes (VmData, RssAnon, growth over windows of
+ * GM_MONITOR_TICK_MS, whether they wait for their client) into cands; in
+ * observe, count into *would_fail those that mapped past the limit the
+ * last look would have set.  Returns how many.
  */
-static void
-guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
+static int
+guard_measure(const GmLimits *l, const GmSnapshot *snaps, int n, bool observe, int *would_fail)
 {
-	GmMonitorState *st = gm_shmem_monitor();
 	int64		mono = gm_monotonic_usec();
 	bool		active = guard_active(l);
-	double		frac = active ? (double) l->usage / l->limit : 0;
-	bool		was_engaged = guard_engaged;
-	bool		observe = memory_guard == GM_GUARD_OBSERVE;
-	const char *obs = observe ? " (observe)" : "";
-	GmGuardInput in;
-	GmGuardDecision d;
 	int			ncand = 0;
-	int			limited = 0;
-	int			lowered = 0;
-	int			would_fail = 0;
 	char		b1[32],
-				b2[32],
-				b3[32];
-
-	/*
-	 * A reload that turned the guard to observe lifts what it set; one that
-	 * turned it from observe forgets what it noted, so that the policy sets
-	 * those limits for real.
-	 */
-	guard_lift(observe, !observe);
+				b2[32];
 
 	if (active && gm_guard_measure(l->limit, guard_usage(l), guard_engaged))
 		guard_looks++;
@@ -574,7 +555,7 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 			{
 				g->fail_pid = s->pid;
 				g->fail_starts = starts;
-				would_fail++;
+				(*would_fail)++;
 				ereport(LOG,
 						(errmsg("glibc_malloc memory guard (observe): would refuse memory to process %d: it maps %s, past the %s the guard would have allowed it",
 								s->pid, fmt_bytes(b1, sizeof(b1), vm), fmt_bytes(b2, sizeof(b2), g->limit)),
@@ -653,28 +634,20 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 			cands[i].since = Min(cands[i].since, guarded[ls].since);
 	}
 
-	in.limit = active ? l->limit : -1;
-	in.usage = active ? l->usage : -1;
-	in.engaged = guard_engaged;
-	in.asked_pending = asked_pending();
-	gm_guard_policy(&in, cands, ncand, &d);
-	guard_engaged = d.engaged;
-	for (int i = 0; i < ncand; i++)
-		guarded[cands[i].slot].was_working = cands[i].working;
+	return ncand;
+}
 
-	/* The policy's inputs and outputs, for who debugs it (DEBUG2). */
-	if (d.engaged)
-	{
-		elog(DEBUG2, "glibc_malloc memory guard look: usage " INT64_FORMAT " headroom " INT64_FORMAT " asked " INT64_FORMAT " budget " INT64_FORMAT " reserve " INT64_FORMAT " %d of %d working",
-			 in.usage, d.headroom, in.asked_pending, d.budget, d.reserve, d.nworking, ncand);
-		for (int i = 0; i < ncand; i++)
-			if (cands[i].working || cands[i].started)
-				elog(DEBUG2, "glibc_malloc memory guard look: pid %d vmdata " INT64_FORMAT " rss " INT64_FORMAT " growth " INT64_FORMAT " grown " INT64_FORMAT " waits %d started %d: allow " INT64_FORMAT " limit " INT64_FORMAT,
-					 cands[i].pid, cands[i].vmdata, cands[i].rss,
-					 cands[i].growth == GM_GROWTH_UNKNOWN ? -1 : cands[i].growth, cands[i].grown,
-					 (int) cands[i].waits_for_client, (int) cands[i].started,
-					 cands[i].allow, cands[i].limit);
-	}
+/* Log the guard's engaging and letting go, and a shrunk reserve (once an episode). */
+static void
+guard_log_changes(const GmLimits *l, const GmGuardDecision *dp, bool was_engaged, bool observe, int ncand)
+{
+	GmGuardDecision d = *dp;
+	bool		active = guard_active(l);
+	double		frac = active ? (double) l->usage / l->limit : 0;
+	const char *obs = observe ? " (observe)" : "";
+	char		b1[32],
+				b2[32],
+				b3[32];
 
 	if (!was_engaged && guard_engaged)
 		ereport(LOG,
@@ -710,6 +683,26 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 									fmt_bytes(b3, sizeof(b3), d.levels.margin))));
 		guard_shrunk_logged = true;
 	}
+
+}
+
+/*
+ * Carry out the policy's decisions while engaged: set (observe: note) each
+ * limit, publish who counts as working, count and log the lowerings.
+ * Returns how many processes are limited.
+ */
+static int
+guard_apply(const GmLimits *l, GmGuardDecision *dp, int ncand, bool observe)
+{
+	GmMonitorState *st = gm_shmem_monitor();
+	GmGuardDecision d = *dp;
+	int64		mono = gm_monotonic_usec();
+	const char *obs = observe ? " (observe)" : "";
+	int			limited = 0;
+	int			lowered = 0;
+	char		b1[32],
+				b2[32],
+				b3[32];
 
 	if (guard_engaged)
 	{
@@ -847,6 +840,21 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 		}
 	}
 
+	return limited;
+}
+
+/*
+ * Publish the guard's state for the views, and for the admission of
+ * statements that wait for memory the room and the ceiling.
+ */
+static void
+guard_publish(const GmLimits *l, const GmGuardDecision *dp, int ncand, int limited, int would_fail, bool observe)
+{
+	GmMonitorState *st = gm_shmem_monitor();
+	GmGuardDecision d = *dp;
+	int64		mono = gm_monotonic_usec();
+	bool		active = guard_active(l);
+
 	st->changecount++;
 	pg_write_barrier();
 	st->guard_enabled = memory_guard != GM_GUARD_OFF && monitor_enabled;
@@ -904,6 +912,61 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 	}
 	else
 		gm_shmem_wait_publish(-1, -1, wait_looks, nlooks);
+}
+
+/*
+ * The memory guard, once per tick, with the limits just read: measure, ask
+ * the policy (gm_guard_policy), log, carry out and publish.  While engaged
+ * the monitor looks every GM_GUARD_TICK_MS.
+ */
+static void
+guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
+{
+	bool		active = guard_active(l);
+	bool		was_engaged = guard_engaged;
+	bool		observe = memory_guard == GM_GUARD_OBSERVE;
+	GmGuardInput in;
+	GmGuardDecision d;
+	int			ncand;
+	int			limited = 0;
+	int			would_fail = 0;
+
+	/*
+	 * A reload that turned the guard to observe lifts what it set; one that
+	 * turned it from observe forgets what it noted, so that the policy sets
+	 * those limits for real.
+	 */
+	guard_lift(observe, !observe);
+
+	ncand = guard_measure(l, snaps, n, observe, &would_fail);
+
+	in.limit = active ? l->limit : -1;
+	in.usage = active ? l->usage : -1;
+	in.engaged = guard_engaged;
+	in.asked_pending = asked_pending();
+	gm_guard_policy(&in, cands, ncand, &d);
+	guard_engaged = d.engaged;
+	for (int i = 0; i < ncand; i++)
+		guarded[cands[i].slot].was_working = cands[i].working;
+
+	/* The policy's inputs and outputs, for who debugs it (DEBUG2). */
+	if (d.engaged)
+	{
+		elog(DEBUG2, "glibc_malloc memory guard look: usage " INT64_FORMAT " headroom " INT64_FORMAT " asked " INT64_FORMAT " budget " INT64_FORMAT " reserve " INT64_FORMAT " %d of %d working",
+			 in.usage, d.headroom, in.asked_pending, d.budget, d.reserve, d.nworking, ncand);
+		for (int i = 0; i < ncand; i++)
+			if (cands[i].working || cands[i].started)
+				elog(DEBUG2, "glibc_malloc memory guard look: pid %d vmdata " INT64_FORMAT " rss " INT64_FORMAT " growth " INT64_FORMAT " grown " INT64_FORMAT " waits %d started %d: allow " INT64_FORMAT " limit " INT64_FORMAT,
+					 cands[i].pid, cands[i].vmdata, cands[i].rss,
+					 cands[i].growth == GM_GROWTH_UNKNOWN ? -1 : cands[i].growth, cands[i].grown,
+					 (int) cands[i].waits_for_client, (int) cands[i].started,
+					 cands[i].allow, cands[i].limit);
+	}
+
+	guard_log_changes(l, &d, was_engaged, observe, ncand);
+	if (guard_engaged)
+		limited = guard_apply(l, &d, ncand, observe);
+	guard_publish(l, &d, ncand, limited, would_fail, observe);
 }
 
 /* One look at the limits and the snapshots; act if needed. */
