@@ -723,7 +723,7 @@ gm_post_parse_analyze(GM_PPA_ARGS)
 {
 	if (prev_post_parse_analyze)
 		prev_post_parse_analyze(GM_PPA_PASS);
-	gm_statements_analyzed(query);
+	gm_statements_analyzed(pstate, query);
 }
 
 /*
@@ -753,7 +753,7 @@ gm_ProcessUtility(GM_PU_ARGS)
 			gm_guard_reads_client(true);
 	}
 	gm_guard_apply();
-	nests = gm_statements_utility_start(pstmt, nesting, &mark);
+	nests = gm_statements_utility_start(pstmt, queryString, nesting, &mark);
 	if (nests)
 		nesting++;
 	PG_TRY();

@@ -594,8 +594,8 @@ extern void gm_statements_plan_end(MemoryContext planner_cxt, Query *parse, int 
 extern void gm_statements_executor_start(QueryDesc *queryDesc, int eflags, int nesting);
 extern void gm_statements_executor_end(QueryDesc *queryDesc, GmStmtEnd *end);
 extern void gm_statements_executor_ended(GmStmtEnd *end, bool failed);
-extern void gm_statements_analyzed(Query *query);
-extern bool gm_statements_utility_start(PlannedStmt *pstmt, int nesting, GmUtilityMark *mark);
+extern void gm_statements_analyzed(struct ParseState *pstate, Query *query);
+extern bool gm_statements_utility_start(PlannedStmt *pstmt, const char *query_string, int nesting, GmUtilityMark *mark);
 extern void gm_statements_utility_end(GmUtilityMark *mark);
 extern void gm_statements_note_oom(bool limit);
 extern int64 gm_statements_recorded_peak(uint64 queryid);

@@ -58,6 +58,7 @@
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "nodes/parsenodes.h"
+#include "parser/parse_node.h"
 #include "port/pg_bitutils.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
@@ -913,54 +914,87 @@ gm_statements_executor_ended(GmStmtEnd *end, bool failed)
 }
 
 /*
- * The queryids of the last utility statements parse analysis gave (PG 14+):
- * pg_stat_statements zeroes a utility statement's queryid in its
- * ProcessUtility hook before it calls the next module's, so that with it
- * listed after glibc_malloc (as CloudNativePG lists its own libraries) the
- * queryid is taken from here.  A statement is known by its node and its
- * place in the query text.
+ * The queryids parse analysis gave the last top-level utility statements,
+ * by their text (PostgreSQL 14 and later): pg_stat_statements zeroes a
+ * utility statement's queryid in its ProcessUtility hook before it calls
+ * the next module's, so that with it listed after glibc_malloc (as
+ * CloudNativePG lists the libraries it manages) the queryid is found here.
+ * By text, not by node: the extended protocol and cached plans run a copy
+ * of the analysed statement, and a node's address is reused.  The same
+ * text always has the same queryid (PG 14 and 15 hash the text; from 16
+ * the parse tree, which the text determines), so an entry can be reused
+ * and never names another statement.
  */
-#define GM_UTILITY_IDS 8
+#define GM_UTILITY_IDS 16
 typedef struct GmUtilityId
 {
-	const Node *stmt;
-	int			location;
+	uint64		text_hash;		/* of the statement's text; 0 = none */
 	int			len;
 	uint64		queryid;
 } GmUtilityId;
 static GmUtilityId utility_ids[GM_UTILITY_IDS];
-static int	utility_next = 0;
+static uint32 utility_next = 0;
 
-/* post_parse_analyze: remember a utility statement's queryid. */
-void
-gm_statements_analyzed(Query *query)
+#if PG_VERSION_NUM >= 140000
+/* The hash of the statement at location, len of text (as the core cleans it). */
+static uint64
+statement_text_hash(const char *text, int location, int len, int *cleaned_len)
 {
-	GmUtilityId *u;
+	const char *sql;
 
-	if (query->utilityStmt == NULL || query->queryId == UINT64CONST(0))
+	if (text == NULL)
+		return 0;
+	sql = CleanQuerytext(text, &location, &len);
+	*cleaned_len = len;
+	return DatumGetUInt64(hash_any_extended((const unsigned char *) sql, len, 0)) | 1;
+}
+#endif
+
+/* post_parse_analyze: remember a top-level utility statement's queryid. */
+void
+gm_statements_analyzed(ParseState *pstate, Query *query)
+{
+#if PG_VERSION_NUM >= 140000
+	GmUtilityId *u;
+	int			len;
+	uint64		h;
+
+	if (query->utilityStmt == NULL || query->queryId == UINT64CONST(0) ||
+		!gm_statements_tracking() || pstate == NULL || pstate->p_sourcetext == NULL)
 		return;
+	h = statement_text_hash(pstate->p_sourcetext, query->stmt_location, query->stmt_len, &len);
+	for (int i = 0; i < GM_UTILITY_IDS; i++)
+		if (utility_ids[i].text_hash == h && utility_ids[i].len == len)
+		{
+			utility_ids[i].queryid = query->queryId;
+			return;
+		}
 	u = &utility_ids[utility_next++ % GM_UTILITY_IDS];
-	u->stmt = query->utilityStmt;
-	u->location = query->stmt_location;
-	u->len = query->stmt_len;
+	u->text_hash = h;
+	u->len = len;
 	u->queryid = query->queryId;
+#endif
 }
 
-/* A utility statement's queryid: its own, else the one analysis gave it. */
+/*
+ * A utility statement's queryid: its own, else (top level) the one
+ * analysis gave its text.
+ */
 static uint64
-utility_queryid(PlannedStmt *pstmt)
+utility_queryid(PlannedStmt *pstmt, const char *query_string, int nesting)
 {
-	if (pstmt->queryId != UINT64CONST(0))
-		return pstmt->queryId;
-	for (int i = 0; i < GM_UTILITY_IDS; i++)
-	{
-		GmUtilityId *u = &utility_ids[i];
+#if PG_VERSION_NUM >= 140000
+	int			len;
+	uint64		h;
 
-		if (u->stmt != NULL && u->stmt == pstmt->utilityStmt &&
-			u->location == pstmt->stmt_location && u->len == pstmt->stmt_len)
-			return u->queryid;
-	}
-	return UINT64CONST(0);
+	if (pstmt->queryId != UINT64CONST(0) || nesting != 0 || query_string == NULL)
+		return pstmt->queryId;
+	h = statement_text_hash(query_string, pstmt->stmt_location, pstmt->stmt_len, &len);
+	for (int i = 0; i < GM_UTILITY_IDS; i++)
+		if (utility_ids[i].text_hash == h && utility_ids[i].len == len)
+			return utility_ids[i].queryid;
+#endif
+	return pstmt->queryId;
 }
 
 /*
@@ -969,7 +1003,7 @@ utility_queryid(PlannedStmt *pstmt)
  * EXECUTE is, at this level).
  */
 bool
-gm_statements_utility_start(PlannedStmt *pstmt, int nesting, GmUtilityMark *mark)
+gm_statements_utility_start(PlannedStmt *pstmt, const char *query_string, int nesting, GmUtilityMark *mark)
 {
 	Node	   *stmt = pstmt->utilityStmt;
 	GmMallinfo	mi;
@@ -980,7 +1014,7 @@ gm_statements_utility_start(PlannedStmt *pstmt, int nesting, GmUtilityMark *mark
 		return false;
 	if (!tracked(nesting))
 		return true;
-	queryid = utility_queryid(pstmt);
+	queryid = utility_queryid(pstmt, query_string, nesting);
 	make_key(&mark->key, queryid, nesting);
 	if (nesting == 0)
 		top_start(queryid != UINT64CONST(0) ? &mark->key : NULL);

@@ -10,6 +10,7 @@ use warnings;
 use FindBin;
 use lib $FindBin::RealBin;
 use GlibcMallocTest;
+use IPC::Run;
 use PostgreSQL::Test::Utils;
 use Test::More;
 
@@ -460,9 +461,21 @@ my $late = new_node('statements_late', "shared_preload_libraries = 'glibc_malloc
 $late->safe_psql('postgres', 'CREATE EXTENSION pg_stat_statements; CREATE TABLE u (a int)');
 $late->safe_psql('postgres', 'CREATE INDEX u_a ON u (a)');
 $late->safe_psql('postgres', 'SELECT 1; CREATE INDEX u_a2 ON u (a); SELECT 2');
+# The extended protocol and a prepared statement run a copy of the
+# analysed statement (pgbench -M extended, -M prepared).
+my $script = PostgreSQL::Test::Utils::tempdir() . '/utility.sql';
+write_file($script, 'ANALYZE u');
+for my $mode ('extended', 'prepared')
+{
+	my ($out, $err) = ('', '');
+	IPC::Run::run([ 'pgbench', '-n', '-t', '2', '-M', $mode, '-f', $script, $late->connstr('postgres') ],
+		'<', \undef, '>', \$out, '2>', \$err) or diag "pgbench -M $mode: $err";
+}
 SKIP:
 {
-	skip 'utility statements have no queryid before PostgreSQL 14', 2 if $pgver < 140000;
+	skip 'utility statements have no queryid before PostgreSQL 14', 3 if $pgver < 140000;
+	is($late->safe_psql('postgres', q{SELECT s.calls FROM glibc_malloc_statements s JOIN pg_stat_statements p USING (userid, dbid, queryid, toplevel) WHERE p.query = 'ANALYZE u'}),
+		4, 'and through the extended protocol and prepared statements, as pg_stat_statements counts them');
 	is($late->safe_psql('postgres', q{SELECT s.calls FROM glibc_malloc_statements s JOIN pg_stat_statements p USING (userid, dbid, queryid, toplevel) WHERE p.query = 'CREATE INDEX u_a ON u (a)'}),
 		1, 'listed after glibc_malloc, pg_stat_statements does not hide CREATE INDEX from it');
 	is($late->safe_psql('postgres', q{SELECT s.calls FROM glibc_malloc_statements s JOIN pg_stat_statements p USING (userid, dbid, queryid, toplevel) WHERE p.query = 'CREATE INDEX u_a2 ON u (a)'}),
