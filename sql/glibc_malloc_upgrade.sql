@@ -112,7 +112,14 @@ GRANT SELECT ON glibc_malloc_guard, glibc_malloc_monitor, glibc_malloc_statement
 GRANT EXECUTE ON FUNCTION glibc_malloc_guard(), glibc_malloc_monitor() TO regress_glibc_malloc_reader;
 REVOKE EXECUTE ON FUNCTION glibc_malloc_statements() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION glibc_malloc_statements() TO regress_glibc_malloc_reader WITH GRANT OPTION;
+-- A function a role could create in the extension's schema, a better
+-- match than pg_catalog's for the script's calls: it is not called.
+CREATE FUNCTION public.quote_ident(name) RETURNS text LANGUAGE plpgsql
+  AS $$BEGIN RAISE EXCEPTION 'public.quote_ident called'; END$$;
+CREATE FUNCTION public.format(text, regprocedure, text, text, text) RETURNS text LANGUAGE plpgsql
+  AS $$BEGIN RAISE EXCEPTION 'public.format called'; END$$;
 ALTER EXTENSION glibc_malloc UPDATE TO '1.7';
+DROP FUNCTION public.quote_ident(name), public.format(text, regprocedure, text, text, text);
 SELECT extversion FROM pg_extension WHERE extname = 'glibc_malloc';
 SELECT remote_trims >= 1 AS counted, idle_releases >= 0 AS idle, oom_errors >= 0 AS oom,
        counters_since <= now() AS since FROM glibc_malloc_counters;
