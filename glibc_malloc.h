@@ -393,6 +393,7 @@ extern void gm_shmem_wait_leave(void);
 extern void gm_shmem_wait_count(GmWaitCount kind, int64 n);
 extern void gm_shmem_wait_counts(int64 *counts);
 extern bool gm_shmem_guard_acts(void);
+extern bool gm_shmem_slot_holds(int slotno, int pid);
 extern bool gm_shmem_waits_for_memory(int slotno, int pid);
 extern int64 gm_shmem_wait_reserved(int slotno, int pid, int64 vmdata);
 

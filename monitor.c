@@ -351,12 +351,13 @@ guard_set(int slot, int pid, int64 limit)
 		want = Min(limit, own);
 
 		/*
-		 * Under ProcArrayLock, the slot's PGPROC still holding pid: as in
-		 * send_request, the pid cannot have been reaped and handed to an
-		 * unrelated process meanwhile.
+		 * Under ProcArrayLock, the slot and its PGPROC still holding pid:
+		 * as in send_request, the pid cannot have been reaped and handed to
+		 * an unrelated process meanwhile (the slot lets go of it before
+		 * the process leaves the proc array).
 		 */
 		LWLockAcquire(ProcArrayLock, LW_SHARED);
-		if (GetPGProcByNumber(slot)->pid == pid)
+		if (GetPGProcByNumber(slot)->pid == pid && gm_shmem_slot_holds(slot, pid))
 			rc = gm_set_data_limit(pid, want);
 		else
 		{

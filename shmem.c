@@ -896,6 +896,18 @@ gm_shmem_limits(int slotno, int pid, int64 *orig, int64 *own, int64 *guard, bool
 }
 
 /*
+ * Whether process pid still holds slot slotno: the slot's pid is cleared
+ * before the process leaves the proc array, so under ProcArrayLock (with
+ * its PGPROC's pid checked too) the pid cannot have been reaped and reused.
+ */
+bool
+gm_shmem_slot_holds(int slotno, int pid)
+{
+	return shared != NULL && slotno >= 0 && slotno < gm_shmem_slot_count() &&
+		shared->slots[slotno].snap.pid == pid;
+}
+
+/*
  * The monitor: set the guard's limit for pid in slot slotno.  Returns the
  * soft limit the process should now have (the lowest of the three), or -1
  * if the slot is no longer pid's (then nothing is left in it).
