@@ -485,6 +485,8 @@ typedef struct GmGuardDecision
 	bool		reserve_shrunk; /* reserve < reserve_wanted */
 	int64		shift;			/* the reserves at their floor beyond their
 								 * share of the margin, counted as usage */
+	int64		message;		/* an idle process's room for a message */
+	int64		message_held;	/* of the budget, held back for one */
 } GmGuardDecision;
 
 /*

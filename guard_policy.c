@@ -51,9 +51,12 @@
  * the process as working.  Measured on PostgreSQL 15 above an idle
  * backend's VmData: an 8 MB query text needs 52 MB (the message buffer
  * doubles to 16 MB; the scanner and the literal copy it), an 8 MB Bind
- * value 40 MB.  That room is not taken from the budget: idle sessions that
- * receive large messages within the same look may together go that far
- * into the margin.
+ * value 40 MB.  While others work, a quarter of what is left after the
+ * grants by growth (at most one message's room) is held back from them:
+ * one large message goes at most the rest of its room past the target,
+ * into the margin; idle sessions
+ * that receive large messages within the same look may together go
+ * further.
  *
  * On top of that every process may map its reserve (GM_GUARD_PROC_RESERVE):
  * room for small work (SELECT 1, a login's first query, the catalog
@@ -62,8 +65,9 @@
  * at most GM_GUARD_RESERVE_SHARE % of it, and shrink when they do not fit
  * (the decision says so), but not below GM_GUARD_RESERVE_FLOOR: what the
  * reserves at the floor take beyond their share of the margin (the shift,
- * gm_guard_reserve_shift) is counted as usage, so that the guard engages
- * that much earlier and its budget is that much smaller.  A limit is thus
+ * gm_guard_reserve_shift, at most GM_GUARD_ENGAGE % of the limit) is
+ * counted as usage, so that the guard engages that much earlier and its
+ * budget is that much smaller.  A limit is thus
  * never at a process's VmData.
  *
  * A raise smaller than GM_GUARD_SLACK is not worth a prlimit while the
@@ -113,7 +117,10 @@
 										 * much (a client message, Parse,
 										 * Bind), as far as the budget goes,
 										 * ... */
-#define GM_GUARD_MESSAGE_GRAIN (4 * MB)	/* ... rounded down to this */
+#define GM_GUARD_MESSAGE_GRAIN (4 * MB)	/* ... rounded down to this; of
+											 * one such room ... */
+#define GM_GUARD_MESSAGE_HOLD 4		/* ... up to a quarter of the budget is
+									 * held back from working processes */
 #define GM_ADMIT_PASS_SHARE	50	/* a waiter may be passed for this % of
 									 * its memory_wait ... */
 #define GM_ADMIT_PASS_MAX_MS 30000	/* ... counted as at most this (the
@@ -180,7 +187,10 @@ gm_guard_levels(int64 limit, GmGuardLevels *lv)
 
 /*
  * What n processes' reserves at the floor take beyond their share of the
- * margin of limit: counted as usage (the guard engages that much earlier).
+ * margin of limit: counted as usage (the guard engages that much earlier),
+ * at most GM_GUARD_ENGAGE % of the limit (thousands of connections would
+ * have it engage near no usage; past that the reserves are not all
+ * funded, as few use theirs at once).
  */
 int64
 gm_guard_reserve_shift(int64 limit, int n)
@@ -190,7 +200,8 @@ gm_guard_reserve_shift(int64 limit, int n)
 	if (limit <= 0 || n <= 0)
 		return 0;
 	gm_guard_levels(limit, &lv);
-	return Max((int64) n * GM_GUARD_RESERVE_FLOOR - gm_pct(lv.margin, GM_GUARD_RESERVE_SHARE), 0);
+	return Min(Max((int64) n * GM_GUARD_RESERVE_FLOOR - gm_pct(lv.margin, GM_GUARD_RESERVE_SHARE), 0),
+			   gm_pct(limit, GM_GUARD_ENGAGE));
 }
 
 /* Whether the guard is engaged after a look at usage (it was: engaged). */
@@ -334,6 +345,7 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 	 */
 	message = Min(GM_GUARD_MESSAGE, budget);
 	message -= message % GM_GUARD_MESSAGE_GRAIN;
+	out->message = message;
 	if (nidle > 0)
 	{
 		int64		pool = nworking > 0 ? budget / 2 : budget;
@@ -367,6 +379,17 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 
 		p->allow += more;
 		budget -= more;
+	}
+	/*
+	 * Part of one message's room is held back from what is left, so that
+	 * one large message while the working processes take their grants goes
+	 * at most the rest of it past the target, into the margin.
+	 */
+	if (nidle > 0 && nworking > 0)
+	{
+		out->message_held = Min(message, budget / GM_GUARD_MESSAGE_HOLD);
+		out->message_held -= out->message_held % GM_GUARD_GRAIN;
+		budget -= out->message_held;
 	}
 	/* ... then half of what is left, a quarter, ...; the latest the rest. */
 	for (int i = 0, seen = 0; i < n; i++)

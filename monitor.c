@@ -163,6 +163,7 @@ static GmGuarded *guarded = NULL;
 static GmGuardProc *cands = NULL;
 static bool guard_engaged = false;
 static int	guard_nguarded = 0;	/* guarded processes in the last snapshots */
+static bool guard_observed = false; /* the last look was in observe */
 static uint64 guard_looks = 0;	/* measured looks, numbered */
 static GmWaitLook *wait_looks = NULL;	/* admitted statements read this tick */
 static int	nlooks = 0;
@@ -656,11 +657,18 @@ guard_log_changes(const GmLimits *l, const GmGuardDecision *dp, bool was_engaged
 						obs, observe ? "would limit" : "limiting",
 						gm_limit_source_names[l->source], fmt_bytes(b1, sizeof(b1), l->usage), 100 * frac,
 						fmt_bytes(b2, sizeof(b2), l->limit)),
-				 errdetail_internal("The guard %s the usage below %s, and %s its limits below %s.",
+				 errdetail_internal("The guard %s the usage below %s, and %s its limits below %s; the reserves of %d backends count as %s more usage.",
 									observe ? "would keep" : "keeps",
 									fmt_bytes(b3, sizeof(b3), d.levels.target),
 									observe ? "would lift" : "lifts",
-									fmt_bytes(b1, sizeof(b1), d.levels.release))));
+									fmt_bytes(b1, sizeof(b1), d.levels.release),
+									ncand, fmt_bytes(b2, sizeof(b2), d.shift))));
+	else if (guard_engaged && observe != guard_observed)
+		ereport(LOG,
+				(errmsg("glibc_malloc memory guard%s: %s backends' private memory while engaged: %s usage %s is %.0f%% of the %s limit",
+						obs, observe ? "no longer limiting, would limit" : "limiting",
+						gm_limit_source_names[l->source], fmt_bytes(b1, sizeof(b1), l->usage), 100 * frac,
+						fmt_bytes(b2, sizeof(b2), l->limit))));
 	else if (was_engaged && !guard_engaged)
 	{
 		guard_lift_all();
@@ -672,6 +680,7 @@ guard_log_changes(const GmLimits *l, const GmGuardDecision *dp, bool was_engaged
 							fmt_bytes(b2, sizeof(b2), l->limit))));
 	}
 
+	guard_observed = observe;
 	if (!guard_engaged)
 		guard_shrunk_logged = false;
 	else if (d.reserve_shrunk && !guard_shrunk_logged)

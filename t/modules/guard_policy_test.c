@@ -122,13 +122,15 @@ main(void)
 	ok(d.nworking == 1, "one working");
 	sum = find(procs, 2, 1)->allow + find(procs, 2, 2)->allow;
 	ok(sum <= d.budget, "the grants together fit the budget");
-	ok(find(procs, 2, 1)->allow == 0 && find(procs, 2, 2)->allow == 36 * MB,
-	   "the idle one, not growing, takes nothing from the budget; the working one all of it");
+	ok(d.message == 36 * MB && d.message_held == 4 * MB,
+	   "a quarter of what is left after twice the growth (16 MB) is held back for an idle one's message");
+	ok(find(procs, 2, 1)->allow == 0 && find(procs, 2, 2)->allow == 32 * MB,
+	   "the idle one, not growing, takes nothing from the budget; the working one all the rest of it");
 	ok(find(procs, 2, 1)->reserve == 4 * MB && find(procs, 2, 1)->message == 36 * MB &&
 	   find(procs, 2, 1)->limit == 20 * MB + 36 * MB + 4 * MB,
 	   "the idle one's limit is its VmData, room for a client message of the whole 36 MB budget (not taken from it) and a 4 MB reserve");
 	ok(find(procs, 2, 2)->message == 0, "a working one gets no message room: its grant is its room");
-	ok(find(procs, 2, 2)->limit == 300 * MB + 36 * MB + 4 * MB, "the working one's: VmData, its grant and the reserve");
+	ok(find(procs, 2, 2)->limit == 300 * MB + 32 * MB + 4 * MB, "the working one's: VmData, its grant and the reserve");
 	ok(find(procs, 2, 2)->lowered && find(procs, 2, 2)->set, "a first limit counts as lowered");
 
 	/* Mapped but not resident, of working processes, comes off the budget. */
@@ -283,8 +285,8 @@ main(void)
 	gm_guard_policy(&in, procs, 60, &d);
 	ok(!find(procs, 60, 2)->working, "a session whose statement ended waits for its client: not working, whatever it grew");
 	ok(d.nworking == 1 && find(procs, 60, 1)->working, "the one whose statement started is the only one working");
-	ok(find(procs, 60, 1)->allow >= 40 * MB,
-	   "and may map at least 40 MB of the 49.5 MB budget (before: nothing)");
+	ok(find(procs, 60, 1)->allow >= 35 * MB,
+	   "and may map at least 35 MB of the 49.5 MB budget, a quarter held back for a message (before: nothing)");
 	ok(find(procs, 60, 2)->allow <= d.budget / 2 / 59, "the finished one: at most an idle share");
 
 	/*
@@ -336,23 +338,24 @@ main(void)
 	 * 250 backends in 800 MB: shrunk to fit, each would get 131 kB, too
 	 * little for catalog catch-up or NOTIFY delivery at the idle point
 	 * (where an ERROR is FATAL).  Each keeps 1 MB; the 218 MB beyond half
-	 * of the margin count as usage: the guard engages at 358 MB instead of
-	 * 576 MB, and not at 357 MB.
+	 * of the margin count as usage, up to 20 % of the limit (160 MB): the
+	 * guard engages at 416 MB instead of 576 MB, and not at 415 MB.
 	 */
 	for (int i = 0; i < 250; i++)
 		procs[i] = proc(i + 1, 4 * MB, 0, true, false);
-	ok(gm_guard_reserve_shift(800 * MB, 250) == 218 * MB, "250 reserves of 1 MB: 218 MB beyond half of the 64 MB margin");
+	ok(gm_guard_reserve_shift(800 * MB, 250) == 160 * MB, "250 reserves of 1 MB: 218 MB beyond half of the 64 MB margin, counted up to 160 MB (20 %)");
+	ok(gm_guard_reserve_shift(800 * MB, 100) == 68 * MB, "100 reserves of 1 MB: 68 MB");
 	ok(gm_guard_reserve_shift(800 * MB, 32) == 0 && gm_guard_reserve_shift(800 * MB, 0) == 0,
 	   "32 reserves of 1 MB fit half of the margin: no shift");
 	in.engaged = false;
-	in.usage = 358 * MB;
+	in.usage = 416 * MB;
 	gm_guard_policy(&in, procs, 250, &d);
-	ok(d.engaged && d.reserve == MB && d.reserve_shrunk && d.shift == 218 * MB,
-	   "250 backends at 358 MB: engaged, each with a reserve of 1 MB (the floor)");
+	ok(d.engaged && d.reserve == MB && d.reserve_shrunk && d.shift == 160 * MB,
+	   "250 backends at 416 MB: engaged, each with a reserve of 1 MB (the floor)");
 	ok(procs[0].limit >= procs[0].vmdata + MB, "each limit leaves at least the 1 MB reserve");
-	in.usage = 357 * MB;
+	in.usage = 415 * MB;
 	gm_guard_policy(&in, procs, 250, &d);
-	ok(!d.engaged, "at 357 MB not engaged yet");
+	ok(!d.engaged, "at 415 MB not engaged yet");
 	in.engaged = true;
 
 	/*
@@ -455,8 +458,10 @@ main(void)
 			/* At most half of the margin, or at the floor with the rest counted as usage. */
 			if (d.reserve < MB ||
 				(d.reserve * np > lv.margin / 2 + np &&
-				 !(d.reserve == MB && d.shift == (int64) np * MB - lv.margin / 2)))
+				 !(d.reserve == MB && d.shift == Min((int64) np * MB - lv.margin / 2, in.limit / 100 * 20 + in.limit % 100 * 20 / 100))))
 				bad_reserve++;
+			if (sum + d.message_held > d.budget)
+				bad_budget++;
 		}
 		ok(bad_budget == 0, "2000 random snapshots: the grants never exceed the budget");
 		ok(bad_reserve == 0, "the reserves take at most half of the margin, or sit at their 1 MB floor with the rest counted as usage");
