@@ -65,6 +65,8 @@ static char limit_dir[MAXPGPATH];	/* the level with the least room, last read */
 #define GM_LIMIT_LEVELS 16
 static char limit_dirs[GM_LIMIT_LEVELS][MAXPGPATH];
 static int	nlimit_dirs = 0;
+static char chosen_dir[MAXPGPATH];	/* the level read last; "" = none */
+#define GM_LIMIT_STICKY	5		/* % of its limit: see gm_memsource_read */
 static char psi_dir[MAXPGPATH];	/* the server's own cgroup v2, for PSI; "" = none */
 static char cgroup_seen[16384];	/* the postmaster's /proc/PID/cgroup */
 static bool truncated_logged = false;
@@ -212,7 +214,9 @@ find_limit(GmLimitSource kind, const char *dir, const char *top)
 	{
 		char	   *slash;
 
-		if (cgroup_kind(d) == kind && cgroup_limit(kind, d) >= 0 && nlimit_dirs < GM_LIMIT_LEVELS)
+		/* (cgroup v1: a parent without use_hierarchy does not count its children) */
+		if (cgroup_kind(d) == kind && cgroup_limit(kind, d) >= 0 && nlimit_dirs < GM_LIMIT_LEVELS &&
+			!(kind == GM_LIMIT_CGROUP_V1 && strcmp(d, dir) != 0 && read_bytes(d, "memory.use_hierarchy") == 0))
 			strlcpy(limit_dirs[nlimit_dirs++], d, MAXPGPATH);
 		if (strlen(d) <= strlen(top) || (slash = strrchr(d, '/')) == NULL || slash == d)
 			break;
@@ -502,30 +506,50 @@ gm_memsource_read(GmLimits *l)
 	{
 		bool		v1 = source == GM_LIMIT_CGROUP_V1;
 
-		/* The level with the least room: the kernel acts at the first one full. */
+		/*
+		 * The level with the least room: the kernel acts at the first one
+		 * full.  The one of the last reading stays while another's room is
+		 * not less by GM_LIMIT_STICKY % of its limit, so that two levels
+		 * with about the same room do not take turns (their levels differ).
+		 */
+		int			best = -1;
+		int			chosen_level = -1;
+		int64		lim[GM_LIMIT_LEVELS];
+		int64		use[GM_LIMIT_LEVELS];
+
 		for (int i = 0; i < nlimit_dirs; i++)
 		{
 			const char *dir = limit_dirs[i];
-			int64		limit = cgroup_limit(source, dir);
-			int64		usage = read_bytes(dir, v1 ? "memory.usage_in_bytes" : "memory.current");
 			int64		active;
 			int64		inactive;
 
-			if (usage < 0)
+			lim[i] = cgroup_limit(source, dir);
+			use[i] = read_bytes(dir, v1 ? "memory.usage_in_bytes" : "memory.current");
+			if (strcmp(dir, chosen_dir) == 0)
+				chosen_level = i;
+			if (use[i] < 0)
 				continue;		/* unreadable */
 			snprintf(path, sizeof(path), "%s/memory.stat", dir);
 			active = read_key(path, v1 ? "total_active_file" : "active_file");
 			inactive = read_key(path, v1 ? "total_inactive_file" : "inactive_file");
-			usage = Max(usage - Max(active, 0) - Max(inactive, 0), 0);
+			use[i] = Max(use[i] - Max(active, 0) - Max(inactive, 0), 0);
 			/* (a level without a limit: a configured one, or lifted since) */
-			if (l->usage < 0 ||
-				(limit >= 0 && (l->limit < 0 || limit - usage < l->limit - l->usage)))
-			{
-				l->limit = limit;
-				l->usage = usage;
-				strlcpy(limit_dir, dir, sizeof(limit_dir));
-			}
+			if (best < 0 ||
+				(lim[i] >= 0 && (lim[best] < 0 || lim[i] - use[i] < lim[best] - use[best])))
+				best = i;
 		}
+		if (best >= 0 && chosen_level >= 0 && chosen_level != best &&
+			use[chosen_level] >= 0 && lim[chosen_level] >= 0 && lim[best] >= 0 &&
+			(lim[chosen_level] - use[chosen_level]) - (lim[best] - use[best]) <
+			lim[chosen_level] / 100 * GM_LIMIT_STICKY)
+			best = chosen_level;
+		if (best >= 0)
+		{
+			l->limit = lim[best];
+			l->usage = use[best];
+			strlcpy(limit_dir, limit_dirs[best], sizeof(limit_dir));
+		}
+		strlcpy(chosen_dir, best >= 0 ? limit_dirs[best] : "", sizeof(chosen_dir));
 		/* The cgroup's own PSI (v1: the server's v2 one, if any); never the machine's. */
 		snprintf(path, sizeof(path), "%s/memory.pressure", v1 ? psi_dir : cgroup_dir);
 		if (!v1 || psi_dir[0] != '\0')
