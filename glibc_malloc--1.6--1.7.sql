@@ -201,9 +201,10 @@ COMMENT ON FUNCTION glibc_malloc_monitor() IS
 -- function (so that it may read the view over it) gets it on the 1.7
 -- one, and a grant revoked from the 1.6 function is revoked from the 1.7
 -- one.  In a new database the two lists are the same and nothing is done.
--- Every catalog function and table is schema-qualified: the script runs
--- as a superuser with the extension's schema in search_path, where a
--- role may have created a function of the same name.
+-- Every catalog function, table and operator is schema-qualified: the
+-- script runs as a superuser with the extension's schema in search_path,
+-- where a role may have created a function or an operator of the same
+-- name that matches better.
 DO $$
 DECLARE
     f record;
@@ -214,26 +215,26 @@ BEGIN
         FROM (VALUES ('glibc_malloc_guard()'::regprocedure, 'glibc_malloc_guard_1_7()'::regprocedure),
                      ('glibc_malloc_statements()'::regprocedure, 'glibc_malloc_statements_1_7()'::regprocedure),
                      ('glibc_malloc_monitor()'::regprocedure, 'glibc_malloc_monitor_1_7()'::regprocedure)) AS v(old, new)
-        JOIN pg_catalog.pg_proc p_old ON p_old.oid = v.old
-        JOIN pg_catalog.pg_proc p_new ON p_new.oid = v.new
+        JOIN pg_catalog.pg_proc p_old ON p_old.oid OPERATOR(pg_catalog.=) v.old::pg_catalog.oid
+        JOIN pg_catalog.pg_proc p_new ON p_new.oid OPERATOR(pg_catalog.=) v.new::pg_catalog.oid
     LOOP
         FOR d IN
             WITH o AS (SELECT a.grantee, a.is_grantable
                        FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(coalesce(p.proacl, pg_catalog.acldefault('f', p.proowner))) a
-                       WHERE p.oid = f.old_oid AND a.privilege_type = 'EXECUTE' AND a.grantee <> f.owner),
+                       WHERE p.oid OPERATOR(pg_catalog.=) f.old_oid AND a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE' AND a.grantee OPERATOR(pg_catalog.<>) f.owner),
                  n AS (SELECT a.grantee, a.is_grantable
                        FROM pg_catalog.pg_proc p, pg_catalog.aclexplode(coalesce(p.proacl, pg_catalog.acldefault('f', p.proowner))) a
-                       WHERE p.oid = f.new_oid AND a.privilege_type = 'EXECUTE' AND a.grantee <> f.owner)
+                       WHERE p.oid OPERATOR(pg_catalog.=) f.new_oid AND a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE' AND a.grantee OPERATOR(pg_catalog.<>) f.owner)
             SELECT 'GRANT' AS verb, o.grantee, o.is_grantable FROM o
-            WHERE NOT EXISTS (SELECT FROM n WHERE n.grantee = o.grantee AND n.is_grantable >= o.is_grantable)
+            WHERE NOT EXISTS (SELECT FROM n WHERE n.grantee OPERATOR(pg_catalog.=) o.grantee AND n.is_grantable OPERATOR(pg_catalog.>=) o.is_grantable)
             UNION ALL
             SELECT 'REVOKE', n.grantee, false FROM n
-            WHERE NOT EXISTS (SELECT FROM o WHERE o.grantee = n.grantee)
+            WHERE NOT EXISTS (SELECT FROM o WHERE o.grantee OPERATOR(pg_catalog.=) n.grantee)
         LOOP
             EXECUTE pg_catalog.format('%s EXECUTE ON FUNCTION %s %s %s%s',
                            d.verb, f.new_oid::regprocedure,
-                           CASE d.verb WHEN 'GRANT' THEN 'TO' ELSE 'FROM' END,
-                           CASE d.grantee WHEN 0 THEN 'PUBLIC' ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(d.grantee)::text) END,
+                           CASE WHEN d.verb OPERATOR(pg_catalog.=) 'GRANT' THEN 'TO' ELSE 'FROM' END,
+                           CASE WHEN d.grantee OPERATOR(pg_catalog.=) 0::pg_catalog.oid THEN 'PUBLIC' ELSE pg_catalog.quote_ident(pg_catalog.pg_get_userbyid(d.grantee)::text) END,
                            CASE WHEN d.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END);
         END LOOP;
     END LOOP;

@@ -723,7 +723,7 @@ gm_post_parse_analyze(GM_PPA_ARGS)
 {
 	if (prev_post_parse_analyze)
 		prev_post_parse_analyze(GM_PPA_PASS);
-	gm_statements_analyzed(pstate, query);
+	gm_statements_analyzed(pstate, query, nesting);
 }
 
 /*

@@ -485,6 +485,7 @@ typedef struct GmGuardDecision
 	bool		reserve_shrunk; /* reserve < reserve_wanted */
 	int64		shift;			/* the reserves at their floor beyond their
 								 * share of the margin, counted as usage */
+	int64		shift_unfunded; /* the reserves' floor past the shift's cap */
 	int64		message;		/* an idle process's room for a message */
 	int64		message_held;	/* of the budget, held back for one */
 } GmGuardDecision;
@@ -597,7 +598,7 @@ extern void gm_statements_plan_end(MemoryContext planner_cxt, Query *parse, int 
 extern void gm_statements_executor_start(QueryDesc *queryDesc, int eflags, int nesting);
 extern void gm_statements_executor_end(QueryDesc *queryDesc, GmStmtEnd *end);
 extern void gm_statements_executor_ended(GmStmtEnd *end, bool failed);
-extern void gm_statements_analyzed(struct ParseState *pstate, Query *query);
+extern void gm_statements_analyzed(struct ParseState *pstate, Query *query, int nesting);
 extern bool gm_statements_utility_start(PlannedStmt *pstmt, const char *query_string, int nesting, GmUtilityMark *mark);
 extern void gm_statements_utility_end(GmUtilityMark *mark);
 extern void gm_statements_note_oom(bool limit);

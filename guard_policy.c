@@ -62,7 +62,9 @@
  * room for small work (SELECT 1, a login's first query, the catalog
  * catch-up after a sinval reset, NOTIFY delivery at the idle point, where
  * an ERROR becomes FATAL), kept in the margin: all reserves together take
- * at most GM_GUARD_RESERVE_SHARE % of it, and shrink when they do not fit
+ * at most GM_GUARD_RESERVE_SHARE % of it (a bound on what idle backends
+ * map at their idle point, which they seldom do together), and shrink
+ * when they do not fit
  * (the decision says so), but not below GM_GUARD_RESERVE_FLOOR: what the
  * reserves at the floor take beyond their share of the margin (the shift,
  * gm_guard_reserve_shift, at most GM_GUARD_ENGAGE % of the limit) is
@@ -108,9 +110,9 @@
 										 * most this from the budget */
 #define GM_GUARD_SLACK		(4 * MB)	/* smaller raises wait, while the limit
 										 * leaves this much above VmData */
-#define GM_GUARD_PROC_RESERVE (4 * MB)	/* each process's reserve, shrunk
+#define GM_GUARD_PROC_RESERVE (2 * MB)	/* each process's reserve, shrunk
 										 * so that all take at most ... */
-#define GM_GUARD_RESERVE_SHARE 50	/* ... this % of the margin, ... */
+#define GM_GUARD_RESERVE_SHARE 100	/* ... this % of the margin, ... */
 #define GM_GUARD_RESERVE_FLOOR (1 * MB)	/* ... but never below this: the
 										 * guard engages earlier instead */
 #define GM_GUARD_MESSAGE	(64 * MB)	/* a process not working may map this
@@ -278,6 +280,12 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 	memset(out, 0, sizeof(*out));
 	out->headroom = -1;
 	out->shift = shift;
+	if (in->limit > 0 && n > 0)
+	{
+		gm_guard_levels(in->limit, &lv);
+		out->shift_unfunded = Max((int64) n * GM_GUARD_RESERVE_FLOOR -
+								  gm_pct(lv.margin, GM_GUARD_RESERVE_SHARE), 0) - shift;
+	}
 	out->engaged = in->usage >= 0 && gm_guard_engaged_after(in->limit, in->usage + shift, in->engaged);
 	if (in->limit > 0)
 		gm_guard_levels(in->limit, &out->levels);
@@ -387,7 +395,13 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 	 */
 	if (nidle > 0 && nworking > 0)
 	{
-		out->message_held = Min(message, budget / GM_GUARD_MESSAGE_HOLD);
+		int64		wanted = 0;
+
+		/* (as much as an idle one's grant leaves of its message's room) */
+		for (int i = 0; i < n; i++)
+			if (!procs[i].working)
+				wanted = Max(wanted, message - procs[i].allow);
+		out->message_held = Min(wanted, budget / GM_GUARD_MESSAGE_HOLD);
 		out->message_held -= out->message_held % GM_GUARD_GRAIN;
 		budget -= out->message_held;
 	}

@@ -508,9 +508,10 @@ gm_memsource_read(GmLimits *l)
 
 		/*
 		 * The level with the least room: the kernel acts at the first one
-		 * full.  The one of the last reading stays while another's room is
-		 * not less by GM_LIMIT_STICKY % of its limit, so that two levels
-		 * with about the same room do not take turns (their levels differ).
+		 * full.  The one of the last reading keeps its limit while another's
+		 * room is not less by GM_LIMIT_STICKY % of the smaller limit, so
+		 * that two levels with about the same room do not take turns (the
+		 * guard's levels would jump); the room is always the least.
 		 */
 		int			best = -1;
 		int			chosen_level = -1;
@@ -541,15 +542,25 @@ gm_memsource_read(GmLimits *l)
 		if (best >= 0 && chosen_level >= 0 && chosen_level != best &&
 			use[chosen_level] >= 0 && lim[chosen_level] >= 0 && lim[best] >= 0 &&
 			(lim[chosen_level] - use[chosen_level]) - (lim[best] - use[best]) <
-			lim[chosen_level] / 100 * GM_LIMIT_STICKY)
-			best = chosen_level;
-		if (best >= 0)
+			Min(lim[chosen_level], lim[best]) / 100 * GM_LIMIT_STICKY)
+		{
+			/*
+			 * The level read last keeps its limit (the guard's levels stay),
+			 * and its usage is made to leave the least room of any.
+			 */
+			l->limit = lim[chosen_level];
+			l->usage = Max(lim[chosen_level] - (lim[best] - use[best]), 0);
+			strlcpy(limit_dir, limit_dirs[chosen_level], sizeof(limit_dir));
+		}
+		else if (best >= 0)
 		{
 			l->limit = lim[best];
 			l->usage = use[best];
 			strlcpy(limit_dir, limit_dirs[best], sizeof(limit_dir));
+			strlcpy(chosen_dir, limit_dirs[best], sizeof(chosen_dir));
 		}
-		strlcpy(chosen_dir, best >= 0 ? limit_dirs[best] : "", sizeof(chosen_dir));
+		else
+			chosen_dir[0] = '\0';
 		/* The cgroup's own PSI (v1: the server's v2 one, if any); never the machine's. */
 		snprintf(path, sizeof(path), "%s/memory.pressure", v1 ? psi_dir : cgroup_dir);
 		if (!v1 || psi_dir[0] != '\0')

@@ -358,7 +358,7 @@ guard_set(int slot, int pid, int64 limit)
 		 * the process leaves the proc array).
 		 */
 		LWLockAcquire(ProcArrayLock, LW_SHARED);
-		if (GetPGProcByNumber(slot)->pid == pid && gm_shmem_slot_holds(slot, pid))
+		if (gm_shmem_slot_holds(slot, pid) && GetPGProcByNumber(slot)->pid == pid)
 			rc = gm_set_data_limit(pid, want);
 		else
 		{
@@ -649,7 +649,8 @@ guard_log_changes(const GmLimits *l, const GmGuardDecision *dp, bool was_engaged
 	const char *obs = observe ? " (observe)" : "";
 	char		b1[32],
 				b2[32],
-				b3[32];
+				b3[32],
+				b4[32];
 
 	if (!was_engaged && guard_engaged)
 		ereport(LOG,
@@ -657,12 +658,15 @@ guard_log_changes(const GmLimits *l, const GmGuardDecision *dp, bool was_engaged
 						obs, observe ? "would limit" : "limiting",
 						gm_limit_source_names[l->source], fmt_bytes(b1, sizeof(b1), l->usage), 100 * frac,
 						fmt_bytes(b2, sizeof(b2), l->limit)),
-				 errdetail_internal("The guard %s the usage below %s, and %s its limits below %s; the reserves of %d backends count as %s more usage.",
+				 errdetail_internal("The guard %s the usage below %s, and %s its limits below %s; the reserves of %d backends count as %s more usage%s%s%s.",
 									observe ? "would keep" : "keeps",
 									fmt_bytes(b3, sizeof(b3), d.levels.target),
 									observe ? "would lift" : "lifts",
 									fmt_bytes(b1, sizeof(b1), d.levels.release),
-									ncand, fmt_bytes(b2, sizeof(b2), d.shift))));
+									ncand, fmt_bytes(b2, sizeof(b2), d.shift),
+									d.shift_unfunded > 0 ? " (" : "",
+									d.shift_unfunded > 0 ? fmt_bytes(b4, sizeof(b4), d.shift_unfunded) : "",
+									d.shift_unfunded > 0 ? " of them beyond its cap of 20% of the limit, not counted)" : "")));
 	else if (guard_engaged && observe != guard_observed)
 		ereport(LOG,
 				(errmsg("glibc_malloc memory guard%s: %s backends' private memory while engaged: %s usage %s is %.0f%% of the %s limit",
@@ -688,7 +692,7 @@ guard_log_changes(const GmLimits *l, const GmGuardDecision *dp, bool was_engaged
 		ereport(LOG,
 				(errmsg("glibc_malloc memory guard%s: the reserve for small work %s shrunk to %s per backend",
 						obs, observe ? "would be" : "is", fmt_bytes(b1, sizeof(b1), d.reserve)),
-				 errdetail_internal("The reserves of %d backends (%s each) do not fit in half of the guard's %s margin; small statements, catalog catch-up and NOTIFY delivery may get \"out of memory\".",
+				 errdetail_internal("The reserves of %d backends (%s each) do not fit in the guard's %s margin; small statements, catalog catch-up and NOTIFY delivery may get \"out of memory\".",
 									ncand, fmt_bytes(b2, sizeof(b2), d.reserve_wanted),
 									fmt_bytes(b3, sizeof(b3), d.levels.margin))));
 		guard_shrunk_logged = true;

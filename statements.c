@@ -920,11 +920,16 @@ gm_statements_executor_ended(GmStmtEnd *end, bool failed)
  * the next module's, so that with it listed after glibc_malloc (as
  * CloudNativePG lists the libraries it manages) the queryid is found here.
  * By text, not by node: the extended protocol and cached plans run a copy
- * of the analysed statement, and a node's address is reused.  The same
- * text always has the same queryid (PG 14 and 15 hash the text; from 16
- * the parse tree, which the text determines), so an entry can be reused
- * and never names another statement.
+ * of the analysed statement, and a node's address is reused.  On PG 14
+ * and 15 the queryid is the text's hash, so the same text has the same
+ * one.  From 16 it is the analysed tree's, which for CALL, EXPLAIN,
+ * CREATE TABLE AS and DECLARE holds the objects search_path resolved: two
+ * named prepared statements of the same text prepared under different
+ * search_paths share the one analysed last.  Each statement is analysed
+ * just before it runs otherwise (simple protocol, unnamed statements, a
+ * cached plan whose search_path changed).
  */
+#if PG_VERSION_NUM >= 140000
 #define GM_UTILITY_IDS 16
 typedef struct GmUtilityId
 {
@@ -935,13 +940,13 @@ typedef struct GmUtilityId
 static GmUtilityId utility_ids[GM_UTILITY_IDS];
 static uint32 utility_next = 0;
 
-#if PG_VERSION_NUM >= 140000
 /* The hash of the statement at location, len of text (as the core cleans it). */
 static uint64
 statement_text_hash(const char *text, int location, int len, int *cleaned_len)
 {
 	const char *sql;
 
+	*cleaned_len = 0;
 	if (text == NULL)
 		return 0;
 	sql = CleanQuerytext(text, &location, &len);
@@ -952,14 +957,14 @@ statement_text_hash(const char *text, int location, int len, int *cleaned_len)
 
 /* post_parse_analyze: remember a top-level utility statement's queryid. */
 void
-gm_statements_analyzed(ParseState *pstate, Query *query)
+gm_statements_analyzed(ParseState *pstate, Query *query, int nesting)
 {
 #if PG_VERSION_NUM >= 140000
 	GmUtilityId *u;
 	int			len;
 	uint64		h;
 
-	if (query->utilityStmt == NULL || query->queryId == UINT64CONST(0) ||
+	if (nesting != 0 || query->utilityStmt == NULL || query->queryId == UINT64CONST(0) ||
 		!gm_statements_tracking() || pstate == NULL || pstate->p_sourcetext == NULL)
 		return;
 	h = statement_text_hash(pstate->p_sourcetext, query->stmt_location, query->stmt_len, &len);

@@ -118,8 +118,16 @@ CREATE FUNCTION public.quote_ident(name) RETURNS text LANGUAGE plpgsql
   AS $$BEGIN RAISE EXCEPTION 'public.quote_ident called'; END$$;
 CREATE FUNCTION public.format(text, regprocedure, text, text, text) RETURNS text LANGUAGE plpgsql
   AS $$BEGIN RAISE EXCEPTION 'public.format called'; END$$;
+CREATE FUNCTION public.oid_eq_int(oid, integer) RETURNS boolean LANGUAGE plpgsql
+  AS $$BEGIN RAISE EXCEPTION 'public.= (oid, integer) called'; END$$;
+CREATE OPERATOR public.= (LEFTARG = oid, RIGHTARG = integer, FUNCTION = public.oid_eq_int);
+CREATE FUNCTION public.oid_eq_regprocedure(oid, regprocedure) RETURNS boolean LANGUAGE plpgsql
+  AS $$BEGIN RAISE EXCEPTION 'public.= (oid, regprocedure) called'; END$$;
+CREATE OPERATOR public.= (LEFTARG = oid, RIGHTARG = regprocedure, FUNCTION = public.oid_eq_regprocedure);
 ALTER EXTENSION glibc_malloc UPDATE TO '1.7';
-DROP FUNCTION public.quote_ident(name), public.format(text, regprocedure, text, text, text);
+DROP OPERATOR public.= (oid, integer), public.= (oid, regprocedure);
+DROP FUNCTION public.quote_ident(name), public.format(text, regprocedure, text, text, text),
+  public.oid_eq_int(oid, integer), public.oid_eq_regprocedure(oid, regprocedure);
 SELECT extversion FROM pg_extension WHERE extname = 'glibc_malloc';
 SELECT remote_trims >= 1 AS counted, idle_releases >= 0 AS idle, oom_errors >= 0 AS oom,
        counters_since <= now() AS since FROM glibc_malloc_counters;
