@@ -62,11 +62,11 @@
  * room for small work (SELECT 1, a login's first query, the catalog
  * catch-up after a sinval reset, NOTIFY delivery at the idle point, where
  * an ERROR becomes FATAL), kept in the margin: all reserves together take
- * at most GM_GUARD_RESERVE_SHARE % of it (a bound on what idle backends
- * map at their idle point, which they seldom do together), and shrink
- * when they do not fit
- * (the decision says so), but not below GM_GUARD_RESERVE_FLOOR: what the
- * reserves at the floor take beyond their share of the margin (the shift,
+ * at most GM_GUARD_RESERVE_SHARE % of it, and shrink when they do not fit
+ * (the decision says so), but not below GM_GUARD_RESERVE_FLOOR: at the
+ * floor they may take the whole margin (a bound on what idle backends map
+ * at their idle point, which they seldom do together), and what they take
+ * beyond it (the shift,
  * gm_guard_reserve_shift, at most GM_GUARD_ENGAGE % of the limit) is
  * counted as usage, so that the guard engages that much earlier and its
  * budget is that much smaller.  A limit is thus
@@ -110,9 +110,9 @@
 										 * most this from the budget */
 #define GM_GUARD_SLACK		(4 * MB)	/* smaller raises wait, while the limit
 										 * leaves this much above VmData */
-#define GM_GUARD_PROC_RESERVE (2 * MB)	/* each process's reserve, shrunk
+#define GM_GUARD_PROC_RESERVE (4 * MB)	/* each process's reserve, shrunk
 										 * so that all take at most ... */
-#define GM_GUARD_RESERVE_SHARE 100	/* ... this % of the margin, ... */
+#define GM_GUARD_RESERVE_SHARE 50	/* ... this % of the margin, ... */
 #define GM_GUARD_RESERVE_FLOOR (1 * MB)	/* ... but never below this: the
 										 * guard engages earlier instead */
 #define GM_GUARD_MESSAGE	(64 * MB)	/* a process not working may map this
@@ -188,8 +188,9 @@ gm_guard_levels(int64 limit, GmGuardLevels *lv)
 }
 
 /*
- * What n processes' reserves at the floor take beyond their share of the
- * margin of limit: counted as usage (the guard engages that much earlier),
+ * What n processes' reserves at the floor take beyond the margin of limit
+ * (at the floor they may take all of it, not just their share): counted
+ * as usage (the guard engages that much earlier),
  * at most GM_GUARD_ENGAGE % of the limit (thousands of connections would
  * have it engage near no usage; past that the reserves are not all
  * funded, as few use theirs at once).
@@ -202,8 +203,7 @@ gm_guard_reserve_shift(int64 limit, int n)
 	if (limit <= 0 || n <= 0)
 		return 0;
 	gm_guard_levels(limit, &lv);
-	return Min(Max((int64) n * GM_GUARD_RESERVE_FLOOR - gm_pct(lv.margin, GM_GUARD_RESERVE_SHARE), 0),
-			   gm_pct(limit, GM_GUARD_ENGAGE));
+	return Min(Max((int64) n * GM_GUARD_RESERVE_FLOOR - lv.margin, 0), gm_pct(limit, GM_GUARD_ENGAGE));
 }
 
 /* Whether the guard is engaged after a look at usage (it was: engaged). */
@@ -283,8 +283,7 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 	if (in->limit > 0 && n > 0)
 	{
 		gm_guard_levels(in->limit, &lv);
-		out->shift_unfunded = Max((int64) n * GM_GUARD_RESERVE_FLOOR -
-								  gm_pct(lv.margin, GM_GUARD_RESERVE_SHARE), 0) - shift;
+		out->shift_unfunded = Max((int64) n * GM_GUARD_RESERVE_FLOOR - lv.margin, 0) - shift;
 	}
 	out->engaged = in->usage >= 0 && gm_guard_engaged_after(in->limit, in->usage + shift, in->engaged);
 	if (in->limit > 0)

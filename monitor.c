@@ -692,7 +692,7 @@ guard_log_changes(const GmLimits *l, const GmGuardDecision *dp, bool was_engaged
 		ereport(LOG,
 				(errmsg("glibc_malloc memory guard%s: the reserve for small work %s shrunk to %s per backend",
 						obs, observe ? "would be" : "is", fmt_bytes(b1, sizeof(b1), d.reserve)),
-				 errdetail_internal("The reserves of %d backends (%s each) do not fit in the guard's %s margin; small statements, catalog catch-up and NOTIFY delivery may get \"out of memory\".",
+				 errdetail_internal("The reserves of %d backends (%s each) do not fit in half of the guard's %s margin; small statements, catalog catch-up and NOTIFY delivery may get \"out of memory\".",
 									ncand, fmt_bytes(b2, sizeof(b2), d.reserve_wanted),
 									fmt_bytes(b3, sizeof(b3), d.levels.margin))));
 		guard_shrunk_logged = true;

@@ -126,11 +126,11 @@ main(void)
 	   "a quarter of what is left after twice the growth (16 MB) is held back for an idle one's message");
 	ok(find(procs, 2, 1)->allow == 0 && find(procs, 2, 2)->allow == 32 * MB,
 	   "the idle one, not growing, takes nothing from the budget; the working one all the rest of it");
-	ok(find(procs, 2, 1)->reserve == 2 * MB && find(procs, 2, 1)->message == 36 * MB &&
-	   find(procs, 2, 1)->limit == 20 * MB + 36 * MB + 2 * MB,
-	   "the idle one's limit is its VmData, room for a client message of the whole 36 MB budget (not taken from it) and a 2 MB reserve");
+	ok(find(procs, 2, 1)->reserve == 4 * MB && find(procs, 2, 1)->message == 36 * MB &&
+	   find(procs, 2, 1)->limit == 20 * MB + 36 * MB + 4 * MB,
+	   "the idle one's limit is its VmData, room for a client message of the whole 36 MB budget (not taken from it) and a 4 MB reserve");
 	ok(find(procs, 2, 2)->message == 0, "a working one gets no message room: its grant is its room");
-	ok(find(procs, 2, 2)->limit == 300 * MB + 32 * MB + 2 * MB, "the working one's: VmData, its grant and the reserve");
+	ok(find(procs, 2, 2)->limit == 300 * MB + 32 * MB + 4 * MB, "the working one's: VmData, its grant and the reserve");
 	ok(find(procs, 2, 2)->lowered && find(procs, 2, 2)->set, "a first limit counts as lowered");
 
 	/* Mapped but not resident, of working processes, comes off the budget. */
@@ -150,7 +150,7 @@ main(void)
 	gm_guard_policy(&in, procs, 2, &d);
 	ok(d.headroom == 0 && d.budget == 0, "past the target: 0 headroom, 0 budget");
 	ok(find(procs, 2, 1)->allow == 0 && find(procs, 2, 2)->allow == 0, "nobody may map more from the budget");
-	ok(find(procs, 2, 2)->limit == 10 * MB + 2 * MB, "but an idle backend's limit never sits at its VmData: the reserve");
+	ok(find(procs, 2, 2)->limit == 10 * MB + 4 * MB, "but an idle backend's limit never sits at its VmData: the reserve");
 	ok(find(procs, 2, 2)->message == 0, "and no message room without a budget");
 
 	/* With 7 MB of budget, an idle backend's message room is 4 MB of it (its grain). */
@@ -214,7 +214,7 @@ main(void)
 		for (int pid = 3; pid >= 1; pid--)
 			last = last && find(procs, 8, pid)->allow == 0;
 		ok(first, "the five that began first may map twice their growth");
-		ok(last && find(procs, 8, 1)->limit == 42 * MB, "the three that began last: their VmData and the reserve");
+		ok(last && find(procs, 8, 1)->limit == 44 * MB, "the three that began last: their VmData and the reserve");
 	}
 
 	/* A small raise waits while the limit leaves room; a lowering never does. */
@@ -331,20 +331,21 @@ main(void)
 	}
 
 	/*
-	 * The reserves fit in the margin (64 MB here): 8 and 30 of 2 MB do; 48
-	 * are shrunk to a 48th of 64 MB, and the decision says so.
+	 * The reserves fit in half of the margin (32 MB of 64 here): 8 of 4 MB
+	 * do; 30 are shrunk to a thirtieth of 32 MB, and the decision says so;
+	 * 48 to the 1 MB floor, which all fit in the whole margin.
 	 */
 	in.usage = 700 * MB;
 	for (int i = 0; i < 48; i++)
 		procs[i] = proc(i + 1, 12 * MB, 0, true, false);
 	gm_guard_policy(&in, procs, 8, &d);
-	ok(d.reserve == 2 * MB && !d.reserve_shrunk, "8 backends: a reserve of 2 MB each");
+	ok(d.reserve == 4 * MB && !d.reserve_shrunk, "8 backends: a reserve of 4 MB each");
 	gm_guard_policy(&in, procs, 30, &d);
-	ok(d.reserve == 2 * MB && !d.reserve_shrunk, "30 backends: 2 MB each, all in the 64 MB margin");
+	ok(d.reserve_shrunk && d.reserve == 32 * MB / 30 && d.reserve_wanted == 4 * MB,
+	   "30 backends: the reserve is shrunk to fit half of the margin, and says so");
+	ok(d.reserve * 30 <= 32 * MB, "all reserves together within half of the margin");
 	gm_guard_policy(&in, procs, 48, &d);
-	ok(d.reserve_shrunk && d.reserve == 64 * MB / 48 && d.reserve_wanted == 2 * MB,
-	   "48 backends: the reserve is shrunk to fit the margin, and says so");
-	ok(d.reserve * 48 <= 64 * MB, "all reserves together within the margin");
+	ok(d.reserve == MB && d.shift == 0, "48 backends: the 1 MB floor, all in the 64 MB margin, no shift");
 	ok(procs[0].limit > procs[0].vmdata, "an idle backend's limit still above its VmData");
 
 	/*
@@ -415,7 +416,7 @@ main(void)
 	   "16 GB machine: the grants fit the budget; the working one's limit is VmData, grant, reserve");
 	in.usage = 16300 * MB;
 	gm_guard_policy(&in, procs, 2, &d);
-	ok(d.headroom == 0 && find(procs, 2, 1)->allow == 0 && find(procs, 2, 1)->limit == 2000 * MB + 2 * MB,
+	ok(d.headroom == 0 && find(procs, 2, 1)->allow == 0 && find(procs, 2, 1)->limit == 2000 * MB + 4 * MB,
 	   "16 GB machine past the target (other programs grew): nothing more but the reserve");
 
 	/*
@@ -470,14 +471,14 @@ main(void)
 				bad_budget++;
 			/* At most half of the margin, or at the floor with the rest counted as usage. */
 			if (d.reserve < MB ||
-				(d.reserve * np > lv.margin + np &&
-				 !(d.reserve == MB && d.shift == Min((int64) np * MB - lv.margin, in.limit / 100 * 20 + in.limit % 100 * 20 / 100))))
+				(d.reserve * np > lv.margin / 2 + np &&
+				 !(d.reserve == MB && d.shift == Min(Max((int64) np * MB - lv.margin, 0), in.limit / 100 * 20 + in.limit % 100 * 20 / 100))))
 				bad_reserve++;
 			if (sum + d.message_held > d.budget)
 				bad_budget++;
 		}
 		ok(bad_budget == 0, "2000 random snapshots: the grants never exceed the budget");
-		ok(bad_reserve == 0, "the reserves take at most the margin, or sit at their 1 MB floor with the rest counted as usage");
+		ok(bad_reserve == 0, "the reserves take at most half of the margin, or sit at their 1 MB floor with what passes the margin counted as usage");
 		ok(bad_limit == 0, "every limit is VmData plus the grant, the message room (idle only) and the reserve, above VmData");
 		ok(bad_working == 0, "working: started or running");
 	}
