@@ -487,7 +487,6 @@ typedef struct GmGuardDecision
 								 * share of the margin, counted as usage */
 	int64		shift_unfunded; /* the reserves' floor past the shift's cap */
 	int64		message;		/* an idle process's room for a message */
-	int64		message_held;	/* of the budget, held back for one */
 } GmGuardDecision;
 
 /*

@@ -51,12 +51,11 @@
  * the process as working.  Measured on PostgreSQL 15 above an idle
  * backend's VmData: an 8 MB query text needs 52 MB (the message buffer
  * doubles to 16 MB; the scanner and the literal copy it), an 8 MB Bind
- * value 40 MB.  While others work, a quarter of what is left after the
- * grants by growth (at most one message's room) is held back from them:
- * one large message goes at most the rest of its room past the target,
- * into the margin; idle sessions
- * that receive large messages within the same look may together go
- * further.
+ * value 40 MB.  That room is not taken from the budget: holding part of
+ * it back from the working statements made a query that fits fail in a
+ * tight container (t/021).  An idle session that receives a large message
+ * goes at most that far past the target, into the margin; several within
+ * one look go further.
  *
  * On top of that every process may map its reserve (GM_GUARD_PROC_RESERVE):
  * room for small work (SELECT 1, a login's first query, the catalog
@@ -119,10 +118,7 @@
 										 * much (a client message, Parse,
 										 * Bind), as far as the budget goes,
 										 * ... */
-#define GM_GUARD_MESSAGE_GRAIN (4 * MB)	/* ... rounded down to this; of
-											 * one such room ... */
-#define GM_GUARD_MESSAGE_HOLD 4		/* ... up to a quarter of the budget is
-									 * held back from working processes */
+#define GM_GUARD_MESSAGE_GRAIN (4 * MB)	/* ... rounded down to this */
 #define GM_ADMIT_PASS_SHARE	50	/* a waiter may be passed for this % of
 									 * its memory_wait ... */
 #define GM_ADMIT_PASS_MAX_MS 30000	/* ... counted as at most this (the
@@ -386,23 +382,6 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 
 		p->allow += more;
 		budget -= more;
-	}
-	/*
-	 * Part of one message's room is held back from what is left, so that
-	 * one large message while the working processes take their grants goes
-	 * at most the rest of it past the target, into the margin.
-	 */
-	if (nidle > 0 && nworking > 0)
-	{
-		int64		wanted = 0;
-
-		/* (as much as an idle one's grant leaves of its message's room) */
-		for (int i = 0; i < n; i++)
-			if (!procs[i].working)
-				wanted = Max(wanted, message - procs[i].allow);
-		out->message_held = Min(wanted, budget / GM_GUARD_MESSAGE_HOLD);
-		out->message_held -= out->message_held % GM_GUARD_GRAIN;
-		budget -= out->message_held;
 	}
 	/* ... then half of what is left, a quarter, ...; the latest the rest. */
 	for (int i = 0, seen = 0; i < n; i++)
