@@ -183,6 +183,18 @@ gm_guard_levels(int64 limit, GmGuardLevels *lv)
 	lv->margin = margin;
 }
 
+/* What n reserves at the floor take beyond the margin of limit, uncapped. */
+static int64
+reserve_excess(int64 limit, int n)
+{
+	GmGuardLevels lv;
+
+	if (limit <= 0 || n <= 0)
+		return 0;
+	gm_guard_levels(limit, &lv);
+	return Max((int64) n * GM_GUARD_RESERVE_FLOOR - lv.margin, 0);
+}
+
 /*
  * What n processes' reserves at the floor take beyond the margin of limit
  * (at the floor they may take all of it, not just their share): counted
@@ -194,12 +206,7 @@ gm_guard_levels(int64 limit, GmGuardLevels *lv)
 int64
 gm_guard_reserve_shift(int64 limit, int n)
 {
-	GmGuardLevels lv;
-
-	if (limit <= 0 || n <= 0)
-		return 0;
-	gm_guard_levels(limit, &lv);
-	return Min(Max((int64) n * GM_GUARD_RESERVE_FLOOR - lv.margin, 0), gm_pct(limit, GM_GUARD_ENGAGE));
+	return Min(reserve_excess(limit, n), limit > 0 ? gm_pct(limit, GM_GUARD_ENGAGE) : 0);
 }
 
 /* Whether the guard is engaged after a look at usage (it was: engaged). */
@@ -276,11 +283,7 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 	memset(out, 0, sizeof(*out));
 	out->headroom = -1;
 	out->shift = shift;
-	if (in->limit > 0 && n > 0)
-	{
-		gm_guard_levels(in->limit, &lv);
-		out->shift_unfunded = Max((int64) n * GM_GUARD_RESERVE_FLOOR - lv.margin, 0) - shift;
-	}
+	out->shift_unfunded = reserve_excess(in->limit, n) - shift;
 	out->engaged = in->usage >= 0 && gm_guard_engaged_after(in->limit, in->usage + shift, in->engaged);
 	if (in->limit > 0)
 		gm_guard_levels(in->limit, &out->levels);
