@@ -114,7 +114,8 @@ COMMENT ON FUNCTION glibc_malloc_guard() IS
 'The memory guard, with the columns of 1.6 (the view glibc_malloc_guard reads glibc_malloc_guard_1_7())';
 
 -- glibc_malloc_statements gains each query's waits for memory and time
--- waited (glibc_malloc.memory_wait).
+-- waited (glibc_malloc.memory_wait), and its mapped peak: what its
+-- process mapped at most over its start, the need the guard admits it by.
 CREATE FUNCTION glibc_malloc_statements_1_7(
     OUT userid oid,
     OUT dbid oid,
@@ -138,7 +139,9 @@ CREATE FUNCTION glibc_malloc_statements_1_7(
     OUT oom_errors bigint,
     OUT limit_oom_errors bigint,
     OUT waits bigint,
-    OUT wait_time double precision)
+    OUT wait_time double precision,
+    OUT mapped_measured bigint,
+    OUT max_mapped_peak_bytes bigint)
 RETURNS SETOF record
 AS 'MODULE_PATHNAME', 'glibc_malloc_statements'
 LANGUAGE C STRICT VOLATILE PARALLEL SAFE;

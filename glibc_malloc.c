@@ -139,6 +139,14 @@ static int	nesting = 0;
  */
 static QueryDesc *reserved_desc = NULL;
 
+/*
+ * The top-level executor whose mapped peak is measured (NULL: none), and
+ * its process's VmSize and VmPeak at its start.
+ */
+static QueryDesc *mapped_desc = NULL;
+static int64 mapped_size0 = -1;
+static int64 mapped_peak0 = -1;
+
 /* No statement has started since the last top-level transaction end. */
 static bool first_statement = true;
 
@@ -384,19 +392,51 @@ static void
 wait_for_memory(QueryDesc *queryDesc, int eflags)
 {
 	uint64		queryid;
-	int64		need;
+	int64		exec_peak;
+	int64		mapped_peak;
 	int64		waited;
+	bool		tracked;
 
 	gm_guard_wait_end();
+	mapped_desc = NULL;
 	/* Only a client's portal: not deferred triggers or login event triggers. */
 	if (ActivePortal == NULL || (eflags & EXEC_FLAG_EXPLAIN_ONLY) || !gm_guard_may_wait())
 		return;
 	queryid = queryDesc->plannedstmt->queryId;
-	if ((need = gm_statements_recorded_peak(queryid)) <= 0)
+	exec_peak = gm_statements_recorded_peak(queryid, &mapped_peak, &tracked);
+	if (tracked && gm_guard_measures_mapped(exec_peak, mapped_peak))
+	{
+		mapped_size0 = gm_proc_status_bytes(0, "VmSize:");
+		mapped_peak0 = gm_proc_status_bytes(0, "VmPeak:");
+		if (mapped_size0 >= 0 && mapped_peak0 >= 0)
+			mapped_desc = queryDesc;
+	}
+	if (exec_peak <= 0)
 		return;
 	reserved_desc = queryDesc;
-	if ((waited = gm_guard_wait_for_memory(need)) > 0)
+	if ((waited = gm_guard_wait_for_memory(exec_peak, mapped_peak)) > 0)
 		gm_statements_note_wait(queryid, waited);
+}
+
+/*
+ * The measured top-level executor ends: what its process mapped at most
+ * over its start, if it set a new VmPeak (else unknown: an earlier
+ * statement of the backend mapped more); -1 = not measured.  Counts every
+ * mapping (a parallel query's dynamic shared memory too): an estimate
+ * from above of what RLIMIT_DATA counts.
+ */
+static int64
+mapped_end(QueryDesc *queryDesc)
+{
+	int64		peak;
+
+	if (queryDesc != mapped_desc || nesting != 0)
+		return -1;
+	mapped_desc = NULL;
+	peak = gm_proc_status_bytes(0, "VmPeak:");
+	if (peak <= mapped_peak0)
+		return -1;
+	return Max(peak - mapped_size0, 0);
 }
 
 /* Admit a top-level query, let presets follow work_mem, then chain one level down. */
@@ -486,6 +526,8 @@ gm_ExecutorEnd(QueryDesc *queryDesc)
 	GmStmtEnd	end;
 
 	gm_statements_executor_end(queryDesc, &end);
+	if (end.pending)
+		end.mapped_bytes = mapped_end(queryDesc);
 	reservation_executor_end(queryDesc);
 
 	if (reuse > 0 && bytes >= reuse)
@@ -625,6 +667,7 @@ gm_xact_callback(XactEvent event, void *arg)
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
 		event == XACT_EVENT_PREPARE)
 	{
+		mapped_desc = NULL;
 		gm_guard_wait_end();
 		gm_guard_top_statement_end();
 	}
@@ -744,6 +787,7 @@ gm_ProcessUtility(GM_PU_ARGS)
 	{
 		/* The last statement's reservation ends (a portal suspended before). */
 		reserved_desc = NULL;
+		mapped_desc = NULL;
 		gm_guard_wait_end();
 		gm_guard_top_statement_start();
 		/* COPY FROM STDIN reads its rows from the client inside itself. */

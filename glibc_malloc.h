@@ -386,9 +386,10 @@ typedef struct GmWaitLook
 } GmWaitLook;
 extern int	gm_shmem_wait_note_look(GmWaitLook *looks);
 extern void gm_shmem_wait_publish(int64 room, int64 ceiling, const GmWaitLook *looks, int n);
-extern void gm_shmem_wait_note_base(void);
+extern int64 gm_shmem_wait_note_base(void);
 extern bool gm_shmem_wait_hopeless(void);
 extern bool gm_shmem_wait_admitted(void);
+extern int64 gm_shmem_wait_grant(void);
 extern void gm_shmem_wait_leave(void);
 extern void gm_shmem_wait_count(GmWaitCount kind, int64 n);
 extern void gm_shmem_wait_counts(int64 *counts);
@@ -500,9 +501,14 @@ typedef struct GmAdmitWaiter
 	int64		need;			/* bytes: its query's recorded peak */
 	int64		waited_ms;		/* how long it has waited */
 	int64		patience_ms;	/* its memory_wait */
+	bool		mine;			/* the calling process's own statement ... */
+	bool		due;			/* ... which runs now if it does not fit
+								 * (memory_wait = 0, or its wait ran out) */
 	/* the decision */
 	bool		admit;
 	bool		hopeless;		/* need above the ceiling: never fits */
+	int64		grant;			/* mine, not admitted, due or hopeless: the
+								 * share it runs with (0: none) */
 } GmAdmitWaiter;
 
 extern bool gm_guard_covers(GmGuardMode mode, GmLimitSource source);
@@ -543,7 +549,8 @@ extern void gm_guard_top_statement_start(void);
 extern void gm_guard_top_statement_end(void);
 extern void gm_guard_reads_client(bool on);
 extern bool gm_guard_may_wait(void);
-extern int64 gm_guard_wait_for_memory(int64 need);
+extern int64 gm_guard_wait_for_memory(int64 exec_peak, int64 mapped_peak);
+extern bool gm_guard_measures_mapped(int64 exec_peak, int64 mapped_peak);
 extern void gm_guard_wait_end(void);
 /* What gm_guard_count_oom found. */
 typedef enum GmOomKind
@@ -587,6 +594,8 @@ typedef struct GmStmtEnd
 	int64		exec_bytes;
 	int64		heap_end;		/* the program break at its start */
 	int64		mmapped_bytes;	/* glibc's before the shutdown */
+	int64		mapped_bytes;	/* the mapped peak's growth over it; -1 = not
+								 * measured (the caller sets it) */
 } GmStmtEnd;
 extern void gm_statements_define_gucs(void);
 extern void gm_statements_init(void);
@@ -601,7 +610,7 @@ extern void gm_statements_analyzed(struct ParseState *pstate, Query *query, int 
 extern bool gm_statements_utility_start(PlannedStmt *pstmt, const char *query_string, int nesting, GmUtilityMark *mark);
 extern void gm_statements_utility_end(GmUtilityMark *mark);
 extern void gm_statements_note_oom(bool limit);
-extern int64 gm_statements_recorded_peak(uint64 queryid);
+extern int64 gm_statements_recorded_peak(uint64 queryid, int64 *mapped, bool *tracked);
 extern void gm_statements_note_wait(uint64 queryid, int64 usec);
 extern void gm_statements_subxact_abort(SubTransactionId subid);
 extern void gm_statements_transaction_end(void);

@@ -81,12 +81,13 @@
 #define GM_WAIT_LOCK_CHECK_USEC	(1000 * 1000)
 
 /*
- * A statement's need is its recorded executor peak times this: the peak is
- * the bytes in use in its memory contexts at its end; its process maps
- * more (a sort's array is copied when it grows, glibc keeps some free).
- * Measured, VmPeak's growth over the recorded peak of md5 sorts of 0.3,
- * 0.6, 1 and 3 million rows: 1.07, 1.07, 1.88, 1.28.  What a statement
- * maps beyond its need is served as any working statement's.
+ * A statement's need is its recorded mapped peak (its process's VmPeak
+ * growth over a run), else its recorded executor peak times this: the
+ * peak is the bytes in use in its memory contexts at its end; its process
+ * maps more (a sort's array is copied when it grows, glibc keeps some
+ * free).  Measured, VmPeak's growth over the recorded peak of md5 sorts of
+ * 0.3, 0.6, 1 and 3 million rows: 1.07, 1.07, 1.88, 1.28.  What a
+ * statement maps beyond its need is served as any working statement's.
  */
 #define GM_WAIT_NEED_FACTOR		1.25
 
@@ -140,6 +141,14 @@ static int64 orig_soft = -1;
 /* The cap's limit in force (absolute soft RLIMIT_DATA); GM_NO_LIMIT = none. */
 static int64 own_limit = GM_NO_LIMIT;
 
+/*
+ * The running statement's grant (it runs without its need, with a share):
+ * an absolute soft RLIMIT_DATA until it ends; GM_NO_LIMIT = none.
+ */
+static int64 grant_limit = GM_NO_LIMIT;
+
+static void set_limits(void);
+
 /* Bytes as "N MB" (or kB below 10 MB). */
 static void
 fmt_size(char *buf, size_t size, int64 bytes)
@@ -157,9 +166,7 @@ fmt_size(char *buf, size_t size, int64 bytes)
 void
 gm_guard_apply(void)
 {
-	int64		guard;
 	int64		hard;
-	int64		want;
 
 	if (!limit_dirty)
 		return;
@@ -180,23 +187,60 @@ gm_guard_apply(void)
 	}
 	else
 		own_limit = GM_NO_LIMIT;
+	set_limits();
+}
+
+/*
+ * Publish this process's own limit (the lower of the cap's and the
+ * grant's) and set the soft limit to the lowest of it, the original and the
+ * guard's.  Allocates nothing and raises no error: from the transaction
+ * callbacks too, where it only raises.
+ */
+static void
+set_limits(void)
+{
+	int64		own = Min(own_limit, grant_limit);
+	int64		guard;
 
 	/*
 	 * The monitor may set the guard's limit meanwhile and call prlimit
 	 * before or after this setrlimit: if the guard's limit changed while
 	 * this one was set, set again, so the last call has both.
 	 */
-	guard = gm_shmem_own_limit(own_limit, &orig_soft);
+	guard = gm_shmem_own_limit(own, &orig_soft);
 	for (int i = 0; i < 3; i++)
 	{
 		int64		again;
 
-		want = Min(orig_soft, Min(own_limit, guard));
-		(void) gm_set_data_limit(0, want);
+		(void) gm_set_data_limit(0, Min(orig_soft, Min(own, guard)));
 		if ((again = gm_shmem_my_guard_limit()) == guard)
 			break;
 		guard = again;
 	}
+}
+
+/* The statement runs with a grant: its limit is VmData base plus grant. */
+static void
+grant_set(int64 base, int64 grant)
+{
+	int64		hard;
+
+	if (base < 0 || grant <= 0)
+		return;
+	if (orig_soft < 0 && !gm_data_limit(0, &orig_soft, &hard))
+		orig_soft = GM_NO_LIMIT;
+	grant_limit = base + grant;
+	set_limits();
+}
+
+/* The statement with a grant ended: its limit goes (a raise; a flag test when none). */
+static void
+grant_lift(void)
+{
+	if (grant_limit == GM_NO_LIMIT)
+		return;
+	grant_limit = GM_NO_LIMIT;
+	set_limits();
 }
 
 /* A parallel worker takes its slot at its first statement, for the guard. */
@@ -310,14 +354,26 @@ blocks_others(void)
 	return blocks;
 }
 
+/*
+ * Whether a top-level statement's mapped peak is worth measuring (two
+ * reads of /proc/self/status): one not recorded yet (exec_peak -1), or one
+ * large enough to take part in the admission.
+ */
+bool
+gm_guard_measures_mapped(int64 exec_peak, int64 mapped_peak)
+{
+	return exec_peak < 0 || Max(exec_peak, mapped_peak) >= GM_WAIT_MIN_NEED;
+}
+
 /* What a round of the admission says of this process's statement. */
 typedef enum GmRound
 {
 	GM_ROUND_WAIT,				/* it waits on */
-	GM_ROUND_ADMITTED,			/* it goes, with a reservation */
-	GM_ROUND_RUN,				/* it runs as without the wait: its need is
-								 * above what could ever be available */
-	GM_ROUND_NO_LOOK			/* and so without a look of the guard yet */
+	GM_ROUND_ADMITTED,			/* it goes, with its need reserved */
+	GM_ROUND_GRANTED,			/* it goes now without its need, with a
+								 * grant: a share, reserved, its limit */
+	GM_ROUND_NO_LOOK			/* it runs as without the wait: the guard
+								 * has not looked yet */
 } GmRound;
 
 /*
@@ -325,10 +381,12 @@ typedef enum GmRound
  * are the room up to the guard's target at the monitor's last look, less
  * what the admitted statements still expect to take as of that look; the
  * most ever available (the ceiling) is the target less what the guard
- * cannot move.
+ * cannot move.  due: this process's statement runs now if it does not fit
+ * (it gets a grant then); *hopeless: its need is above the ceiling (it
+ * gets a grant at once).
  */
 static GmRound
-admission_round(int64 now)
+admission_round(int64 now, bool due, bool *hopeless)
 {
 	int64		outstanding;
 	int64		room;
@@ -338,45 +396,54 @@ admission_round(int64 now)
 
 	gm_shmem_wait_lock();
 	n = gm_shmem_wait_collect(admit_buf, admit_max, now, &outstanding, &room, &ceiling);
-	if (room < 0)
+	if (!gm_shmem_wait_admitted() && room < 0)
 		r = GM_ROUND_NO_LOOK;
 	else
 	{
+		for (int i = 0; i < n; i++)
+			admit_buf[i].due = admit_buf[i].mine && due;
 		(void) gm_guard_admit(room - outstanding, ceiling, admit_buf, n);
 		gm_shmem_wait_admit(admit_buf, n);
-		r = gm_shmem_wait_admitted() ? GM_ROUND_ADMITTED :
-			gm_shmem_wait_hopeless() ? GM_ROUND_RUN : GM_ROUND_WAIT;
+		r = !gm_shmem_wait_admitted() ? GM_ROUND_WAIT :
+			gm_shmem_wait_grant() > 0 ? GM_ROUND_GRANTED : GM_ROUND_ADMITTED;
 	}
+	*hopeless = gm_shmem_wait_hopeless();
 	gm_shmem_wait_unlock();
 	return r;
 }
 
-static bool wait_loop(int64 start, bool *timed_out);
+static GmRound wait_loop(int64 start, bool *timed_out, bool *hopeless);
 
 /*
- * Before a top-level statement expected to take need bytes (its recorded
- * executor peak), once gm_guard_may_wait said yes: queue it, and wait
- * until it is admitted (it then holds a reservation until
+ * Before a top-level statement expected to take its need (its recorded
+ * mapped peak, else its executor peak times GM_WAIT_NEED_FACTOR), once
+ * gm_guard_may_wait said yes: queue it, and wait
+ * until it is admitted (it then holds its need reserved until
  * gm_guard_wait_end), memory_wait runs out, or the guard lets go.  With
  * memory_wait = 0 it does not wait: admitted at once where it fits (the
- * first statements of a burst get their need before the others grow),
- * else it runs without a reservation.  Returns the microseconds waited
- * (0: admitted at once, or not queued).  ERROR
- * (55P03, not an out-of-memory) when another backend waits for a lock this
- * one holds; interrupts as always.
+ * first statements of a burst get their need before the others grow).  A
+ * statement that runs without its need (memory_wait = 0, its wait ran out,
+ * a need above anything that could free) runs with a grant: a share of
+ * what is left, reserved, and its own limit until it ends, so that a burst
+ * cannot outgrow the room between two of the monitor's looks.  Returns the
+ * microseconds waited (0: not waited).  ERROR (55P03, not an
+ * out-of-memory) when another backend waits for a lock this one holds;
+ * interrupts as always.
  */
 int64
-gm_guard_wait_for_memory(int64 need)
+gm_guard_wait_for_memory(int64 exec_peak, int64 mapped_peak)
 {
 	int64		start;
-	int64		waited;
-	bool		admitted;
+	int64		waited = 0;
+	int64		need;
+	GmRound		r;
+	bool		hopeless = false;
 	volatile bool timed_out = false;
 
 	gm_guard_wait_end();
-	if (need < GM_WAIT_MIN_NEED)
+	if (Max(exec_peak, mapped_peak) < GM_WAIT_MIN_NEED)
 		return 0;
-	need = (int64) (need * GM_WAIT_NEED_FACTOR);
+	need = mapped_peak > 0 ? mapped_peak : (int64) (exec_peak * GM_WAIT_NEED_FACTOR);
 	if (admit_buf == NULL)
 	{
 		static bool exit_hook = false;
@@ -395,72 +462,62 @@ gm_guard_wait_for_memory(int64 need)
 	gm_shmem_wait_unlock();
 	wait_entered = true;
 
-	switch (admission_round(start))
+	r = admission_round(start, wait_ms() == 0, &hopeless);
+	if (r == GM_ROUND_WAIT)
 	{
-		case GM_ROUND_ADMITTED:
-			gm_shmem_wait_note_base();
-			return 0;
-		case GM_ROUND_RUN:
-			gm_shmem_wait_count(wait_ms() > 0 ? GM_WAIT_SKIPS : GM_WAIT_UNRESERVED, 1);
-			/* FALLTHROUGH */
-		case GM_ROUND_NO_LOOK:
-			/* Nothing to wait for: runs as without the wait. */
-			wait_entered = false;
-			gm_shmem_wait_leave();
-			return 0;
-		case GM_ROUND_WAIT:
-			if (wait_ms() > 0)
-				break;
-			/* memory_wait = 0: runs at once, without a reservation. */
-			gm_shmem_wait_lock();
-			if (!gm_shmem_wait_admitted())
-			{
-				wait_entered = false;
-				gm_shmem_wait_leave();
-			}
-			gm_shmem_wait_unlock();
-			if (wait_entered)
-				gm_shmem_wait_note_base();
-			else
-				gm_shmem_wait_count(GM_WAIT_UNRESERVED, 1);
-			return 0;
-	}
-	gm_shmem_wait_count(GM_WAIT_WAITS, 1);
-	/*
-	 * Cancelled, statement_timeout or given up (an ERROR): counted, left.  A
-	 * termination (FATAL) does not come here: wait_at_exit leaves the queue,
-	 * its time is not counted.
-	 */
-	PG_TRY();
-	{
-		admitted = wait_loop(start, (bool *) &timed_out);
-	}
-	PG_CATCH();
-	{
-		gm_shmem_wait_count(GM_WAIT_USEC, gm_monotonic_usec() - start);
-		gm_guard_wait_end();
-		PG_RE_THROW();
-	}
-	PG_END_TRY();
-	waited = gm_monotonic_usec() - start;
-	if (!admitted)
-	{
-		/* A round may have admitted it meanwhile: else it leaves, in one go. */
-		gm_shmem_wait_lock();
-		admitted = gm_shmem_wait_admitted();
-		if (!admitted)
+		gm_shmem_wait_count(GM_WAIT_WAITS, 1);
+
+		/*
+		 * Cancelled, statement_timeout or given up (an ERROR): counted,
+		 * left.  A termination (FATAL) does not come here: wait_at_exit
+		 * leaves the queue, its time is not counted.
+		 */
+		PG_TRY();
 		{
-			/* Runs as without the wait: no reservation. */
-			wait_entered = false;
-			gm_shmem_wait_leave();
+			r = wait_loop(start, (bool *) &timed_out, &hopeless);
 		}
-		gm_shmem_wait_unlock();
-		if (!admitted && timed_out)
+		PG_CATCH();
+		{
+			gm_shmem_wait_count(GM_WAIT_USEC, gm_monotonic_usec() - start);
+			gm_guard_wait_end();
+			PG_RE_THROW();
+		}
+		PG_END_TRY();
+		waited = Max(gm_monotonic_usec() - start, 1);
+		gm_shmem_wait_count(GM_WAIT_USEC, waited);
+		/* Its wait ran out: admitted if it fits now, else with a grant. */
+		if (timed_out)
+			r = admission_round(gm_monotonic_usec(), true, &hopeless);
+		if (timed_out && r != GM_ROUND_ADMITTED)
 			gm_shmem_wait_count(GM_WAIT_TIMEOUTS, 1);
 	}
-	gm_shmem_wait_count(GM_WAIT_USEC, waited);
-	if (admitted)
-		gm_shmem_wait_note_base();
+	switch (r)
+	{
+		case GM_ROUND_ADMITTED:
+			(void) gm_shmem_wait_note_base();
+			break;
+		case GM_ROUND_GRANTED:
+			{
+				int64		grant;
+
+				gm_shmem_wait_lock();
+				grant = gm_shmem_wait_grant();
+				gm_shmem_wait_unlock();
+				grant_set(gm_shmem_wait_note_base(), grant);
+				if (hopeless)
+					gm_shmem_wait_count(GM_WAIT_SKIPS, 1);
+				else if (!timed_out)
+					gm_shmem_wait_count(GM_WAIT_UNRESERVED, 1);
+				break;
+			}
+		case GM_ROUND_WAIT:
+		case GM_ROUND_NO_LOOK:
+			/* The guard let go, or has not looked: runs as without the wait. */
+			gm_guard_wait_end();
+			break;
+	}
+	if (waited == 0)
+		return 0;
 
 	/*
 	 * While it waited, the guard counted it idle and limited it so: a
@@ -468,31 +525,32 @@ gm_guard_wait_for_memory(int64 need)
 	 * gives it its reservation, before the executor allocates.
 	 */
 	gm_guard_top_statement_start();
-	return Max(waited, 1);
+	return waited;
 }
 
 /*
- * The wait itself, from start: returns whether the statement was
- * admitted (*timed_out: memory_wait ran out; else the guard let go).
+ * The wait itself, from start: returns the last round's word
+ * (GM_ROUND_WAIT: memory_wait ran out, *timed_out, or the guard let go;
+ * GM_ROUND_GRANTED: its need is above the ceiling, *hopeless).
  */
-static bool
-wait_loop(int64 start, bool *timed_out)
+static GmRound
+wait_loop(int64 start, bool *timed_out, bool *hopeless)
 {
-	bool		admitted = false;
 	int64		next_lock_check = start;
 
-	while (!admitted)
+	for (;;)
 	{
 		int64		now = gm_monotonic_usec();
 		int64		left_ms = wait_ms() - (now - start) / 1000;
+		GmRound		r;
 
 		if (left_ms <= 0)
 		{
 			*timed_out = true;
-			break;
+			return GM_ROUND_WAIT;
 		}
 		if (!gm_shmem_guard_acts())
-			break;				/* the guard let go: off, or no limit */
+			return GM_ROUND_WAIT;	/* the guard let go: off, or no limit */
 		/* At once, then about once a second: pg_blocking_pids takes locks. */
 		if (now >= next_lock_check)
 		{
@@ -509,30 +567,22 @@ wait_loop(int64 start, bool *timed_out)
 						 Min(left_ms, GM_WAIT_POLL_MS), gm_memory_wait_event());
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
-		switch (admission_round(gm_monotonic_usec()))
-		{
-			case GM_ROUND_ADMITTED:
-				admitted = true;
-				break;
-			case GM_ROUND_RUN:
-				gm_shmem_wait_count(GM_WAIT_SKIPS, 1);
-				return false;	/* it would never fit */
-			case GM_ROUND_NO_LOOK:
-				return false;
-			case GM_ROUND_WAIT:
-				break;
-		}
+		r = admission_round(gm_monotonic_usec(), false, hopeless);
+		if (r != GM_ROUND_WAIT)
+			return r;
 	}
-	return admitted;
 }
 
 /*
  * The statement's reservation ends (its end, an abort, the next top-level
- * statement), or it leaves the queue.  A flag test when it has none.
+ * statement), or it leaves the queue; a grant's limit goes.  Flag tests
+ * when it has neither.  Allocates nothing: from the transaction callbacks
+ * too.
  */
 void
 gm_guard_wait_end(void)
 {
+	grant_lift();
 	if (!wait_entered)
 		return;
 	wait_entered = false;
@@ -559,7 +609,8 @@ limit_kind(bool *by_guard, int64 *soft)
 	if (!gm_data_limit(0, soft, &hard))
 		return false;
 	engaged_at = gm_shmem_guard_engaged_at();
-	if (guard < own_limit)
+	/* A grant is the guard's: the statement's share of the room. */
+	if (guard < own_limit || (grant_limit != GM_NO_LIMIT && grant_limit <= own_limit))
 		*by_guard = true;
 	else if (own_limit != GM_NO_LIMIT && *soft == own_limit)
 		*by_guard = false;

@@ -88,6 +88,15 @@
  * it is never kept, holds up nobody, and runs at once as without the wait
  * (waiting for memory that cannot free would only delay it).
  *
+ * A statement that runs without its need (memory_wait = 0 and it does not
+ * fit, its wait ran out, or its need is hopeless) runs with a share, its
+ * grant: half of what is left once the admitted and the kept needs are
+ * taken, at least GM_GRANT_FLOOR.  It holds the grant as a reservation and
+ * its process limits itself to its VmData plus the grant until the
+ * statement ends: a burst of statements that do not all fit cannot grow
+ * past the guard's target between two of the monitor's looks, engaged or
+ * not, and the first ones of it keep the room they were admitted with.
+ *
  *-------------------------------------------------------------------------
  */
 #include "postgres.h"
@@ -123,6 +132,8 @@
 									 * its memory_wait ... */
 #define GM_ADMIT_PASS_MAX_MS 30000	/* ... counted as at most this (the
 									 * default memory_wait) */
+#define GM_GRANT_FLOOR		(4 * MB)	/* a statement that runs without its
+										 * need gets at least this share */
 #define GM_GUARD_GRAIN		(256 * 1024)	/* the shares of those not working
 											 * are rounded down to this */
 
@@ -435,10 +446,9 @@ cmp_arrival(const void *a, const void *b)
 }
 
 /*
- * The admission: sets each waiter's admit and hopeless from available
- * bytes (ceiling: the most ever available, -1 = unknown); returns how many
- * go.  Sorts
- * waiters by arrival.
+ * The admission: sets each waiter's admit, hopeless and grant from
+ * available bytes (ceiling: the most ever available, -1 = unknown);
+ * returns how many go with their need.  Sorts waiters by arrival.
  */
 int
 gm_guard_admit(int64 available, int64 ceiling, GmAdmitWaiter *waiters, int n)
@@ -464,6 +474,18 @@ gm_guard_admit(int64 available, int64 ceiling, GmAdmitWaiter *waiters, int n)
 				 w->waited_ms * 100 >=
 				 Min(w->patience_ms, GM_ADMIT_PASS_MAX_MS) * GM_ADMIT_PASS_SHARE)
 			left -= need;
+	}
+	/* Who runs now without its need: a share of what is left. */
+	for (int i = 0; i < n; i++)
+	{
+		GmAdmitWaiter *w = &waiters[i];
+
+		w->grant = 0;
+		if (w->mine && !w->admit && (w->due || w->hopeless))
+		{
+			w->grant = Max(left / 2, GM_GRANT_FLOOR);
+			left -= w->grant;
+		}
 	}
 	return admitted;
 }

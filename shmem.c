@@ -88,8 +88,10 @@ typedef struct GmWaitSlot
 								 * since, the look wait_room is of; -1 = none */
 	int64		look_gap;		/* and VmData less RssAnon then: mapped, not
 								 * touched yet */
-	bool		hopeless;		/* WAITING: its need is above what the
+	bool		hopeless;		/* its need is above what the
 								 * admission could ever have */
+	bool		granted;		/* ADMITTED: with a share (need is its grant),
+								 * not with its need */
 	struct Latch *latch;
 } GmWaitSlot;
 
@@ -1187,6 +1189,7 @@ gm_shmem_wait_enqueue(int64 need, int64 patience_ms, int64 now)
 	w->look_vmdata = -1;
 	w->look_gap = 0;
 	w->hopeless = false;
+	w->granted = false;
 	w->latch = MyLatch;
 }
 
@@ -1249,7 +1252,10 @@ gm_shmem_wait_collect(GmAdmitWaiter *w, int max, int64 now, int64 *outstanding,
 			w[n].need = ws->need;
 			w[n].waited_ms = Max(now - ws->since, 0) / 1000;
 			w[n].patience_ms = ws->patience_ms;
+			w[n].mine = &shared->slots[i] == my_slot;
+			w[n].due = false;
 			w[n].admit = false;
+			w[n].grant = 0;
 			n++;
 		}
 	}
@@ -1257,8 +1263,9 @@ gm_shmem_wait_collect(GmAdmitWaiter *w, int max, int64 now, int64 *outstanding,
 }
 
 /*
- * Under the lock: admit the waiters the admission chose (their slots
- * hold their reservations from now on), and wake them.
+ * Under the lock: admit the waiters the admission chose, with their need
+ * or with a grant (their slots hold their reservations from now on), and
+ * wake them.
  */
 void
 gm_shmem_wait_admit(const GmAdmitWaiter *w, int n)
@@ -1273,13 +1280,17 @@ gm_shmem_wait_admit(const GmAdmitWaiter *w, int n)
 		if (ws->state != GM_WAIT_WAITING)
 			continue;
 		ws->hopeless = w[i].hopeless;
-		if (!w[i].admit)
+		if (!w[i].admit && w[i].grant <= 0)
 			continue;
 		ws->state = GM_WAIT_ADMITTED;
+		ws->granted = !w[i].admit;
+		if (ws->granted)
+			ws->need = w[i].grant;
 		ws->base_vmdata = -1;	/* the process notes it, awake */
 		ws->look_vmdata = -1;
 		ws->look_gap = 0;
-		pg_atomic_fetch_add_u64(&shared->wait_counts[GM_WAIT_ADMISSIONS], 1);
+		if (!ws->granted)
+			pg_atomic_fetch_add_u64(&shared->wait_counts[GM_WAIT_ADMISSIONS], 1);
 		if (ws->pid != MyProcPid && ws->latch != NULL)
 			SetLatch(ws->latch);
 	}
@@ -1363,35 +1374,45 @@ gm_shmem_wait_publish(int64 room, int64 ceiling, const GmWaitLook *looks, int n)
 /*
  * An admitted process, awake: its VmData now is what its statement's
  * growth is counted from (read before the lock; until then its whole
- * reservation is outstanding).
+ * reservation is outstanding).  Returns it (-1: not admitted, or
+ * unreadable).
  */
-void
+int64
 gm_shmem_wait_note_base(void)
 {
 	int64		vm;
 
 	if (!gm_shmem_wait_ready() || my_slot->wait.state != GM_WAIT_ADMITTED)
-		return;
+		return -1;
 	vm = gm_proc_status_bytes(0, "VmData:");
 	LWLockAcquire(shared->wait_lock, LW_EXCLUSIVE);
 	if (my_slot->wait.state == GM_WAIT_ADMITTED && my_slot->wait.pid == MyProcPid &&
 		my_slot->wait.base_vmdata < 0)
 		my_slot->wait.base_vmdata = vm;
 	LWLockRelease(shared->wait_lock);
+	return vm;
 }
 
 /* Under the lock: whether this process's statement is hopeless (above the ceiling). */
 bool
 gm_shmem_wait_hopeless(void)
 {
-	return my_slot->wait.state == GM_WAIT_WAITING && my_slot->wait.hopeless;
+	return my_slot->wait.state != GM_WAIT_NONE && my_slot->wait.hopeless;
 }
 
-/* Under the lock: whether this process's statement was admitted. */
+/* Under the lock: whether this process's statement was admitted (with its need or a grant). */
 bool
 gm_shmem_wait_admitted(void)
 {
 	return my_slot->wait.state == GM_WAIT_ADMITTED;
+}
+
+/* Under the lock: the grant this process's statement runs with (0: none). */
+int64
+gm_shmem_wait_grant(void)
+{
+	return my_slot->wait.state == GM_WAIT_ADMITTED && my_slot->wait.granted ?
+		my_slot->wait.need : 0;
 }
 
 /*

@@ -123,6 +123,8 @@ typedef struct GmStmtCounters
 	int64		limit_oom_errors;	/* of those, under the module's limits */
 	int64		waits;			/* starts that waited for memory (memory_wait) */
 	int64		wait_usec;		/* their time waited */
+	int64		mapped_n;		/* calls whose mapped peak was measured */
+	int64		mapped_max;		/* the largest: VmPeak's growth over it */
 	double		usage;
 } GmStmtCounters;
 
@@ -374,6 +376,7 @@ gm_statements_top_queryid(void)
 /* gm_statements_recorded_peak's last answer found, in this backend. */
 static GmStmtKey peak_cache_key;
 static int64 peak_cache_peak = -1;
+static int64 peak_cache_mapped = -1;
 static int64 peak_cache_at = 0;	/* gm_monotonic_usec(); 0 = none */
 
 /* The key of a statement of this queryid run now. */
@@ -595,7 +598,8 @@ peak_add(GmStmtPeak *p, int64 bytes)
  */
 static void
 store(const GmStmtKey *key, int64 calls, int64 plan_bytes, int64 exec_bytes,
-	  int64 heap_change, int64 mmapped_change, int64 oom, int64 limit_oom)
+	  int64 heap_change, int64 mmapped_change, int64 oom, int64 limit_oom,
+	  int64 mapped)
 {
 	GmStmtEntry *entry;
 	uint32		h = key_hash(key);
@@ -643,6 +647,11 @@ store(const GmStmtKey *key, int64 calls, int64 plan_bytes, int64 exec_bytes,
 			entry->c.heap_grew++;
 			entry->c.max_heap_growth = Max(entry->c.max_heap_growth, heap_change);
 		}
+		if (mapped >= 0)
+		{
+			entry->c.mapped_n++;
+			entry->c.mapped_max = Max(entry->c.mapped_max, mapped);
+		}
 	}
 	SpinLockRelease(&entry->mutex);
 	LWLockRelease(stmt_shared->lock);
@@ -650,7 +659,10 @@ store(const GmStmtKey *key, int64 calls, int64 plan_bytes, int64 exec_bytes,
 
 /*
  * The largest executor peak recorded for the top-level statement of this
- * queryid run now by this role in this database; -1 = none recorded.
+ * queryid run now by this role in this database; -1 = none recorded; and
+ * into *mapped the largest mapped peak measured (-1 = none).
+ * The same lookup says whether the statement is tracked (*tracked).
+
  * A shared lock and an entry's mutex, only when asked (memory_wait on,
  * the guard acting on a limit), at most once a second for the same query
  * and role in a row: a peak found is kept that long (until this backend
@@ -658,21 +670,26 @@ store(const GmStmtKey *key, int64 calls, int64 plan_bytes, int64 exec_bytes,
  * statement again and again (pgbench -S) does not take the lock at each.
  */
 int64
-gm_statements_recorded_peak(uint64 queryid)
+gm_statements_recorded_peak(uint64 queryid, int64 *mapped, bool *tracked)
 {
 	GmStmtKey	key;
 	GmStmtEntry *entry;
 	int64		peak = -1;
 	int64		now;
 
-	if (!gm_statements_tracking() || queryid == UINT64CONST(0) ||
-		LWLockHeldByMe(stmt_shared->lock))
+	*mapped = -1;
+	*tracked = gm_statements_tracking() && queryid != UINT64CONST(0) &&
+		!LWLockHeldByMe(stmt_shared->lock);
+	if (!*tracked)
 		return -1;
 	make_key(&key, queryid, 0);
 	now = gm_monotonic_usec();
 	if (peak_cache_at != 0 && now - peak_cache_at < GM_STMT_PEAK_CACHE_USEC &&
 		now >= peak_cache_at && memcmp(&key, &peak_cache_key, sizeof(key)) == 0)
+	{
+		*mapped = peak_cache_mapped;
 		return peak_cache_peak;
+	}
 	LWLockAcquire(stmt_shared->lock, LW_SHARED);
 	entry = entry_find(&key, key_hash(&key));
 	if (entry != NULL)
@@ -680,6 +697,8 @@ gm_statements_recorded_peak(uint64 queryid)
 		SpinLockAcquire(&entry->mutex);
 		if (entry->c.exec.n > 0)
 			peak = (int64) entry->c.exec.max;
+		if (entry->c.mapped_n > 0)
+			*mapped = entry->c.mapped_max;
 		SpinLockRelease(&entry->mutex);
 	}
 	LWLockRelease(stmt_shared->lock);
@@ -687,6 +706,7 @@ gm_statements_recorded_peak(uint64 queryid)
 	{
 		peak_cache_key = key;
 		peak_cache_peak = peak;
+		peak_cache_mapped = *mapped;
 		peak_cache_at = now;
 	}
 	return peak;
@@ -725,7 +745,7 @@ flush_pending(void)
 		return;
 	for (int i = 0; i < n; i++)
 		store(&pending_oom[i].key, 0, -1, -1, 0, 0,
-			  pending_oom[i].errors, pending_oom[i].limit_errors);
+			  pending_oom[i].errors, pending_oom[i].limit_errors, -1);
 }
 
 /* before_shmem_exit: what a session ended by the error leaves. */
@@ -854,6 +874,7 @@ gm_statements_executor_end(QueryDesc *queryDesc, GmStmtEnd *end)
 	int64		peak;
 
 	end->pending = false;
+	end->mapped_bytes = -1;
 	if (!gm_statements_tracking() || queryDesc->estate == NULL ||
 		(queryDesc->estate->es_top_eflags & EXEC_FLAG_EXPLAIN_ONLY))
 		return;
@@ -910,7 +931,8 @@ gm_statements_executor_ended(GmStmtEnd *end, bool failed)
 			mmapped_change = end->mmapped_bytes - (int64) mi.hblkhd;
 		}
 	}
-	store(&end->key, 1, end->plan_bytes, end->exec_bytes, heap_change, mmapped_change, 0, 0);
+	store(&end->key, 1, end->plan_bytes, end->exec_bytes, heap_change, mmapped_change, 0, 0,
+		  end->mapped_bytes);
 }
 
 /*
@@ -1046,7 +1068,7 @@ gm_statements_utility_end(GmUtilityMark *mark)
 		return;
 	gm_mallinfo(&mi);
 	store(&mark->key, 1, -1, mark->key.toplevel && mark->top_gen == top_gen ? top_peak : -1,
-		  gm_heap_end() - mark->heap_end, (int64) mi.hblkhd - mark->mmapped_bytes, 0, 0);
+		  gm_heap_end() - mark->heap_end, (int64) mi.hblkhd - mark->mmapped_bytes, 0, 0, -1);
 	if (mark->key.toplevel)
 		cur_key_valid = false;
 }
@@ -1110,8 +1132,9 @@ require_hash(void)
 }
 
 /* The columns of glibc_malloc_statements() and glibc_malloc_statements_info(). */
-#define GM_STMT_COLS		23
-#define GM_STMT_COLS_1_6	21	/* before waits and wait_time */
+#define GM_STMT_COLS		25
+#define GM_STMT_COLS_1_6	21	/* before waits, wait_time, mapped_measured
+								 * and max_mapped_peak_bytes */
 #define GM_STMT_INFO_COLS	4
 
 /*
@@ -1202,6 +1225,11 @@ glibc_malloc_statements(PG_FUNCTION_ARGS)
 		{
 			values[j++] = Int64GetDatum(c.waits);
 			values[j++] = Float8GetDatum(c.wait_usec / 1000.0);
+			values[j++] = Int64GetDatum(c.mapped_n);
+			if (c.mapped_n > 0)
+				values[j++] = Int64GetDatum(c.mapped_max);
+			else
+				nulls[j++] = true;
 		}
 		Assert(j == ncols);
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);

@@ -597,7 +597,8 @@ main(void)
 		/* A waiter: id, arrival, need (MB), waited and patience (ms). */
 #define WAITER(i, arr, mb, waited, patience) \
 		(w[i].id = (arr), w[i].arrival = (arr), w[i].need = (mb) * MB, \
-		 w[i].waited_ms = (waited), w[i].patience_ms = (patience), w[i].admit = true)
+		 w[i].waited_ms = (waited), w[i].patience_ms = (patience), w[i].admit = true, \
+		 w[i].mine = false, w[i].due = false, w[i].grant = -1)
 
 		/* Given out of order: admitted in arrival order, while they fit. */
 		WAITER(0, 3, 400, 0, 10000);
@@ -682,6 +683,56 @@ main(void)
 		WAITER(0, 1, 150, 0, 0);
 		n = gm_guard_admit(200 * MB, 1000 * MB, w, 1);
 		ok(n == 1 && w[0].admit, "memory_wait 0 and 150 MB in 200 MB: admitted at once, with a reservation");
+
+		/*
+		 * The caller's own statement that runs now without its need gets a
+		 * grant: half of what is left once the admitted and the kept needs
+		 * are taken, at least 4 MB; nobody else's is decided by this round.
+		 */
+		WAITER(0, 1, 500, 0, 0);
+		w[0].mine = w[0].due = true;
+		n = gm_guard_admit(200 * MB, 1000 * MB, w, 1);
+		ok(n == 0 && !w[0].admit && w[0].grant == 100 * MB,
+		   "mine, due, 500 MB in 200 MB: not admitted, a grant of 100 MB (half of what is left)");
+		WAITER(0, 1, 50, 0, 10000);
+		WAITER(1, 2, 500, 0, 0);
+		w[1].mine = w[1].due = true;
+		n = gm_guard_admit(200 * MB, 1000 * MB, w, 2);
+		ok(n == 1 && w[0].admit && w[0].grant == 0 && w[1].grant == 75 * MB,
+		   "a waiter of 50 MB ahead is admitted; mine gets half of the 150 MB left");
+		WAITER(0, 1, 300, 6000, 10000);
+		WAITER(1, 2, 500, 0, 0);
+		w[1].mine = w[1].due = true;
+		n = gm_guard_admit(400 * MB, 1000 * MB, w, 2);
+		ok(n == 1 && w[0].admit && w[1].grant == 50 * MB,
+		   "400 MB: the due head of 300 MB goes first, mine gets half of the 100 MB left");
+		WAITER(0, 1, 300, 6000, 10000);
+		WAITER(1, 2, 500, 0, 0);
+		w[1].mine = w[1].due = true;
+		n = gm_guard_admit(200 * MB, 1000 * MB, w, 2);
+		ok(n == 0 && w[0].grant == 0 && w[1].grant == 4 * MB,
+		   "a due head keeps 300 MB of 200 MB: mine runs with the 4 MB floor");
+		WAITER(0, 1, 500, 0, 0);
+		w[0].mine = w[0].due = true;
+		n = gm_guard_admit(-80 * MB, 1000 * MB, w, 1);
+		ok(n == 0 && w[0].grant == 4 * MB, "less than nothing left: the 4 MB floor");
+		WAITER(0, 1, 2000, 0, 10000);
+		w[0].mine = true;
+		n = gm_guard_admit(200 * MB, 1000 * MB, w, 1);
+		ok(n == 0 && w[0].hopeless && w[0].grant == 100 * MB,
+		   "mine, not due, but above the ceiling: a grant at once (waiting would only delay it)");
+		WAITER(0, 1, 500, 0, 10000);
+		w[0].mine = true;
+		n = gm_guard_admit(200 * MB, 1000 * MB, w, 1);
+		ok(n == 0 && w[0].grant == 0, "mine, not due, 500 MB in 200 MB: it waits, no grant");
+		WAITER(0, 1, 500, 0, 0);
+		w[0].due = true;
+		n = gm_guard_admit(200 * MB, 1000 * MB, w, 1);
+		ok(n == 0 && w[0].grant == 0, "another's due statement: its own round grants it, not this one");
+		WAITER(0, 1, 150, 0, 0);
+		w[0].mine = w[0].due = true;
+		n = gm_guard_admit(200 * MB, 1000 * MB, w, 1);
+		ok(n == 1 && w[0].admit && w[0].grant == 0, "mine, due, and it fits: admitted with its need, no grant");
 
 		/*
 		 * memory_wait is the session's: half of at most 30 s counts, and
