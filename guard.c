@@ -46,8 +46,10 @@
  * termination.  A waiter that another backend waits for (it holds a lock
  * that one wants: PostgreSQL's own pg_blocking_pids, checked at once and
  * then once a second) gives up with an ERROR (55P03), which releases its
- * locks.  A wait that runs out runs the
- * statement as without the wait.
+ * locks.  A statement that runs without its need (memory_wait = 0 and it
+ * does not fit, its wait ran out, its need is above anything that could
+ * free) runs with a grant (guard_policy.c): a share, reserved, and its
+ * own soft RLIMIT_DATA at its VmData plus the grant until it ends.
  *
  *-------------------------------------------------------------------------
  */
