@@ -93,7 +93,8 @@ CREATE FUNCTION glibc_malloc_guard_1_7(
     OUT unreserved_runs bigint,
     OUT mode text,
     OUT would_limit bigint,
-    OUT would_fail bigint)
+    OUT would_fail bigint,
+    OUT reservations_returned bigint)
 RETURNS record
 AS 'MODULE_PATHNAME', 'glibc_malloc_guard'
 LANGUAGE C STRICT VOLATILE PARALLEL RESTRICTED;

@@ -146,6 +146,7 @@ static QueryDesc *reserved_desc = NULL;
 static QueryDesc *mapped_desc = NULL;
 static int64 mapped_size0 = -1;
 static int64 mapped_peak0 = -1;
+static int64 mapped_free0 = 0;	/* glibc's free heap then: the run may use it */
 
 /* No statement has started since the last top-level transaction end. */
 static bool first_statement = true;
@@ -406,8 +407,12 @@ wait_for_memory(QueryDesc *queryDesc, int eflags)
 	exec_peak = gm_statements_recorded_peak(queryid, &mapped_peak, &tracked);
 	if (tracked && gm_guard_measures_mapped(exec_peak, mapped_peak))
 	{
+		GmMallinfo	mi;
+
 		mapped_size0 = gm_proc_status_bytes(0, "VmSize:");
 		mapped_peak0 = gm_proc_status_bytes(0, "VmPeak:");
+		gm_mallinfo(&mi);
+		mapped_free0 = (int64) mi.fordblks;
 		if (mapped_size0 >= 0 && mapped_peak0 >= 0)
 			mapped_desc = queryDesc;
 	}
@@ -420,10 +425,11 @@ wait_for_memory(QueryDesc *queryDesc, int eflags)
 
 /*
  * The measured top-level executor ends: what its process mapped at most
- * over its start, if it set a new VmPeak (else unknown: an earlier
- * statement of the backend mapped more); -1 = not measured.  Counts every
- * mapping (a parallel query's dynamic shared memory too): an estimate
- * from above of what RLIMIT_DATA counts.
+ * over its start, plus the free heap it had then (which the run may have
+ * used instead of mapping), if it set a new VmPeak (else unknown: an
+ * earlier statement of the backend mapped more); -1 = not measured.
+ * Counts every mapping (a parallel query's dynamic shared memory too): an
+ * estimate from above of what the run needs under RLIMIT_DATA.
  */
 static int64
 mapped_end(QueryDesc *queryDesc)
@@ -436,7 +442,7 @@ mapped_end(QueryDesc *queryDesc)
 	peak = gm_proc_status_bytes(0, "VmPeak:");
 	if (peak <= mapped_peak0)
 		return -1;
-	return Max(peak - mapped_size0, 0);
+	return Max(peak - mapped_size0, 0) + mapped_free0;
 }
 
 /* Admit a top-level query, let presets follow work_mem, then chain one level down. */

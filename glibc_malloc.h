@@ -363,8 +363,10 @@ typedef enum GmWaitCount
 	GM_WAIT_TIMEOUTS,			/* waits that ran out of memory_wait */
 	GM_WAIT_SKIPS,				/* statements that ran at once: their need is
 								 * above what could ever free */
-	GM_WAIT_UNRESERVED,			/* memory_wait = 0: ran at once, without a
-								 * reservation, their need not fitting */
+	GM_WAIT_UNRESERVED,			/* memory_wait = 0: ran at once with a
+								 * grant, their need not fitting */
+	GM_WAIT_RETURNS,			/* reservations that went back before their
+								 * statement ended (not grown, or waiting) */
 	GM_NWAIT_COUNTS
 } GmWaitCount;
 struct GmAdmitWaiter;
@@ -375,6 +377,15 @@ extern void gm_shmem_wait_enqueue(int64 need, int64 patience_ms, int64 now);
 extern int	gm_shmem_wait_collect(struct GmAdmitWaiter *w, int max, int64 now, int64 *outstanding,
 								  int64 *room, int64 *ceiling);
 extern void gm_shmem_wait_admit(const struct GmAdmitWaiter *w, int n);
+/* What an admitted statement's process waits for, as the monitor sees it. */
+typedef enum GmReservedWait
+{
+	GM_RESERVED_RUNS,			/* nothing the reservation should outlast */
+	GM_RESERVED_LOCK,			/* a heavyweight lock */
+	GM_RESERVED_SLEEP,			/* a timeout (pg_sleep, a delay) */
+	GM_RESERVED_CLIENT_WRITE	/* its client, to take its rows */
+} GmReservedWait;
+
 /* An admitted statement's process, as the monitor read it before a look's usage. */
 typedef struct GmWaitLook
 {
@@ -383,6 +394,10 @@ typedef struct GmWaitLook
 	uint64		arrival;		/* its admission's */
 	int64		vmdata;
 	int64		gap;			/* VmData less RssAnon */
+	bool		grew;			/* VmData above the last look's (or the base) */
+	int64		still_usec;		/* since it last grew (0: it grew now) */
+	GmReservedWait wait;		/* what it waits for */
+	bool		returns;		/* the monitor's decision: it goes back */
 } GmWaitLook;
 extern int	gm_shmem_wait_note_look(GmWaitLook *looks);
 extern void gm_shmem_wait_publish(int64 room, int64 ceiling, const GmWaitLook *looks, int n);
@@ -511,7 +526,9 @@ typedef struct GmAdmitWaiter
 								 * share it runs with (0: none) */
 } GmAdmitWaiter;
 
+
 extern bool gm_guard_covers(GmGuardMode mode, GmLimitSource source);
+extern bool gm_guard_reservation_returns(GmReservedWait wait, int64 still_usec);
 extern const char *gm_guard_hint_remedy(GmLimitSource source);
 extern void gm_guard_levels(int64 limit, GmGuardLevels *lv);
 extern int	gm_guard_admit(int64 available, int64 ceiling, GmAdmitWaiter *waiters, int n);

@@ -84,7 +84,8 @@
 
 /*
  * A statement's need is its recorded mapped peak (its process's VmPeak
- * growth over a run), else its recorded executor peak times this: the
+ * growth over a run, plus the free heap it had), when that is at least
+ * its executor peak, else its recorded executor peak times this: the
  * peak is the bytes in use in its memory contexts at its end; its process
  * maps more (a sort's array is copied when it grows, glibc keeps some
  * free).  Measured, VmPeak's growth over the recorded peak of md5 sorts of
@@ -445,7 +446,8 @@ gm_guard_wait_for_memory(int64 exec_peak, int64 mapped_peak)
 	gm_guard_wait_end();
 	if (Max(exec_peak, mapped_peak) < GM_WAIT_MIN_NEED)
 		return 0;
-	need = mapped_peak > 0 ? mapped_peak : (int64) (exec_peak * GM_WAIT_NEED_FACTOR);
+	/* A mapped peak below the executor's was not a clean measure. */
+	need = mapped_peak >= exec_peak ? mapped_peak : (int64) (exec_peak * GM_WAIT_NEED_FACTOR);
 	if (admit_buf == NULL)
 	{
 		static bool exit_hook = false;

@@ -88,6 +88,14 @@
  * it is never kept, holds up nobody, and runs at once as without the wait
  * (waiting for memory that cannot free would only delay it).
  *
+ * A reservation goes back to the budget (gm_guard_reservation_returns)
+ * when its process has not grown for GM_RESERVED_STILL_USEC at the
+ * monitor's looks, or waits for a heavyweight lock, a timeout (pg_sleep)
+ * or its client to take its rows: a statement that holds its reservation
+ * without using it would hold memory others need (a plain role's
+ * pg_sleep in a query recorded large).  The statement then runs on as a
+ * working one, served by its growth.
+ *
  * A statement that runs without its need (memory_wait = 0 and it does not
  * fit, its wait ran out, or its need is hopeless) runs with a share, its
  * grant: half of what is left once the admitted and the kept needs are
@@ -132,6 +140,9 @@
 									 * its memory_wait ... */
 #define GM_ADMIT_PASS_MAX_MS 30000	/* ... counted as at most this (the
 									 * default memory_wait) */
+#define GM_RESERVED_STILL_USEC (2 * 1000 * 1000)	/* a reservation that
+														 * has not grown this
+														 * long goes back */
 #define GM_GRANT_FLOOR		(4 * MB)	/* a statement that runs without its
 										 * need gets at least this share */
 #define GM_GUARD_GRAIN		(256 * 1024)	/* the shares of those not working
@@ -151,6 +162,17 @@ static const bool gm_guard_coverage[GM_GUARD_NMODES][GM_NLIMIT_SOURCES] = {
 	[GM_GUARD_MACHINE] = {false, true, true, true},
 	[GM_GUARD_OBSERVE] = {false, false, true, true},
 };
+
+/*
+ * Whether an admitted statement's reservation goes back to the budget: its
+ * process waits for something a reservation should not outlast (wait), or
+ * has not grown for still_usec at the monitor's looks.
+ */
+bool
+gm_guard_reservation_returns(GmReservedWait wait, int64 still_usec)
+{
+	return wait != GM_RESERVED_RUNS || still_usec >= GM_RESERVED_STILL_USEC;
+}
 
 /* Whether the guard in mode acts on a limit read from source. */
 bool

@@ -1004,6 +1004,8 @@ monitor_tick(void)
 	gm_memsource_detect(monitor_cgroup);
 	/* What the admitted statements grew, read before the usage. */
 	nlooks = gm_shmem_wait_note_look(wait_looks);
+	for (int k = 0; k < nlooks; k++)
+		wait_looks[k].returns = gm_guard_reservation_returns(wait_looks[k].wait, wait_looks[k].still_usec);
 	gm_memsource_read(&l);
 	n = gm_shmem_all_snapshots(snaps);
 	guard_nguarded = 0;
@@ -1448,8 +1450,8 @@ glibc_malloc_guard(PG_FUNCTION_ARGS)
 {
 	GmMonitorState c;
 	TupleDesc	tupdesc;
-	Datum		values[26];
-	bool		nulls[26] = {0};
+	Datum		values[27];
+	bool		nulls[27] = {0};
 	int64		waits[GM_NWAIT_COUNTS];
 	int64		cap_errors;
 	int64		guard_errors;
@@ -1459,10 +1461,12 @@ glibc_malloc_guard(PG_FUNCTION_ARGS)
 	/*
 	 * 13 columns before 1.7; 1.7 added reserve_bytes, reserve_shrunk,
 	 * oom_kills, oom_group_kills, memory_wait's six counts, mode,
-	 * would_limit and would_fail (23: a build of 1.7 before the last three).
+	 * would_limit, would_fail and reservations_returned (23 and 26: builds
+	 * of 1.7 before the last four and the last one).
 	 */
 	monitor_state_for_sql(fcinfo, &c, &tupdesc, -1);
-	if (tupdesc->natts != 13 && tupdesc->natts != 23 && tupdesc->natts != 26)
+	if (tupdesc->natts != 13 && tupdesc->natts != 23 && tupdesc->natts != 26 &&
+		tupdesc->natts != 27)
 		elog(ERROR, "incorrect number of output arguments");
 	gm_shmem_oom_counts(&cap_errors, &guard_errors);
 	gm_guard_levels(c.limit_bytes, &lv);
@@ -1516,6 +1520,8 @@ glibc_malloc_guard(PG_FUNCTION_ARGS)
 		values[j++] = Int64GetDatum(c.guard_would_limit);
 		values[j++] = Int64GetDatum(c.guard_would_fail);
 	}
+	if (tupdesc->natts >= 27)
+		values[j++] = Int64GetDatum(waits[GM_WAIT_RETURNS]);
 	Assert(j == tupdesc->natts);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

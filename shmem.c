@@ -70,7 +70,9 @@ typedef enum GmWaitState
 {
 	GM_WAIT_NONE,
 	GM_WAIT_WAITING,			/* queued */
-	GM_WAIT_ADMITTED			/* runs with a reservation */
+	GM_WAIT_ADMITTED,			/* runs with a reservation */
+	GM_WAIT_RETURNED			/* runs; its reservation went back until it
+								 * grows again (gm_shmem_wait_publish) */
 } GmWaitState;
 
 /* Under GmShared's wait_lock. */
@@ -88,6 +90,8 @@ typedef struct GmWaitSlot
 								 * since, the look wait_room is of; -1 = none */
 	int64		look_gap;		/* and VmData less RssAnon then: mapped, not
 								 * touched yet */
+	int64		grew_at;		/* ADMITTED: gm_monotonic_usec() of its base,
+								 * or of the last look that saw it grow */
 	bool		hopeless;		/* its need is above what the
 								 * admission could ever have */
 	bool		granted;		/* ADMITTED: with a share (need is its grant),
@@ -1245,6 +1249,9 @@ gm_shmem_wait_collect(GmAdmitWaiter *w, int max, int64 now, int64 *outstanding,
 			else
 				*outstanding += ws->need - Max(grown, 0) + ws->look_gap;
 		}
+		else if (ws->state == GM_WAIT_RETURNED &&
+				 (ws->pid != shared->slots[i].snap.pid || waits_for_client(i, ws->pid)))
+			ws->state = GM_WAIT_NONE;
 		else if (ws->state == GM_WAIT_WAITING && n < max)
 		{
 			w[n].id = i;
@@ -1289,11 +1296,30 @@ gm_shmem_wait_admit(const GmAdmitWaiter *w, int n)
 		ws->base_vmdata = -1;	/* the process notes it, awake */
 		ws->look_vmdata = -1;
 		ws->look_gap = 0;
+		ws->grew_at = gm_monotonic_usec();
 		if (!ws->granted)
 			pg_atomic_fetch_add_u64(&shared->wait_counts[GM_WAIT_ADMISSIONS], 1);
 		if (ws->pid != MyProcPid && ws->latch != NULL)
 			SetLatch(ws->latch);
 	}
+}
+
+/* What the process in slot slotno, if still pid's, waits for, as a reservation sees it. */
+static GmReservedWait
+reserved_wait(int slotno, int pid)
+{
+	PGPROC	   *proc = &ProcGlobal->allProcs[slotno];
+	uint32		info = proc->wait_event_info;
+
+	if (proc->pid != pid)
+		return GM_RESERVED_RUNS;
+	if ((info & 0xFF000000) == PG_WAIT_LOCK)
+		return GM_RESERVED_LOCK;
+	if ((info & 0xFF000000) == PG_WAIT_TIMEOUT)
+		return GM_RESERVED_SLEEP;
+	if (info == WAIT_EVENT_CLIENT_WRITE)
+		return GM_RESERVED_CLIENT_WRITE;
+	return GM_RESERVED_RUNS;
 }
 
 /*
@@ -1316,7 +1342,7 @@ gm_shmem_wait_note_look(GmWaitLook *looks)
 		GmWaitSlot *ws = &shared->slots[i].wait;
 		GmWaitLook *lk = &looks[n];
 
-		if (ws->state != GM_WAIT_ADMITTED || ws->pid == 0)
+		if ((ws->state != GM_WAIT_ADMITTED && ws->state != GM_WAIT_RETURNED) || ws->pid == 0)
 			continue;
 		lk->slot = i;
 		lk->pid = ws->pid;
@@ -1325,9 +1351,58 @@ gm_shmem_wait_note_look(GmWaitLook *looks)
 			(lk->gap = gm_proc_status_bytes(lk->pid, "RssAnon:")) < 0)
 			continue;
 		lk->gap = Max(lk->vmdata - lk->gap, 0);
+		/* Unlocked reads: the lock checks the arrival again at publish. */
+		{
+			int64		before = ws->look_vmdata >= 0 ? ws->look_vmdata : ws->base_vmdata;
+
+			lk->grew = before >= 0 && lk->vmdata > before;
+			lk->still_usec = lk->grew ? 0 : Max(gm_monotonic_usec() - ws->grew_at, 0);
+		}
+		lk->wait = reserved_wait(i, lk->pid);
+		lk->returns = false;
 		n++;
 	}
 	return n;
+}
+
+/*
+ * Under the lock, the monitor at a look (now) of room bytes: a returned
+ * reservation whose process grew at this look and waits for nothing is
+ * admitted again with what it has not mapped of its need, in slot order,
+ * where that fits the room less what the admitted statements still
+ * expect; one grown past its need has none to take.
+ */
+static void
+retake_reservations(int64 room, int64 now)
+{
+	int64		left = room;
+
+	for (int i = 0; i < shared->nslots; i++)
+	{
+		GmWaitSlot *ws = &shared->slots[i].wait;
+
+		if (ws->state == GM_WAIT_ADMITTED)
+			left -= Max(ws->need - Max(ws->look_vmdata >= 0 && ws->base_vmdata >= 0 ?
+										ws->look_vmdata - ws->base_vmdata : 0, 0), 0) + ws->look_gap;
+	}
+	for (int i = 0; i < shared->nslots; i++)
+	{
+		GmWaitSlot *ws = &shared->slots[i].wait;
+		int64		rest;
+
+		if (ws->state != GM_WAIT_RETURNED || ws->grew_at != now ||
+			ws->look_vmdata < 0 || ws->base_vmdata < 0 ||
+			reserved_wait(i, ws->pid) != GM_RESERVED_RUNS)
+			continue;
+		rest = ws->need - (ws->look_vmdata - ws->base_vmdata);
+		if (rest <= 0)
+			ws->state = GM_WAIT_NONE;
+		else if (rest + ws->look_gap <= left)
+		{
+			ws->state = GM_WAIT_ADMITTED;
+			left -= rest + ws->look_gap;
+		}
+	}
 }
 
 /*
@@ -1335,13 +1410,18 @@ gm_shmem_wait_note_look(GmWaitLook *looks)
  * and its ceiling (-1: the guard does not act), and the admitted
  * statements' readings it took before the usage (looks, n of them), all
  * under the lock, which it takes once: a round sees a look's room with
- * that look's growth, never one look's with another's.  Wakes the waiters
- * when the room grew.
+ * that look's growth, never one look's with another's.  A reservation
+ * the monitor decided should not be held any longer (returns) goes back;
+ * one that went back and grows again with nothing to wait for is taken
+ * again where it fits.  Wakes the waiters when the room grew or a
+ * reservation went back.
  */
 void
 gm_shmem_wait_publish(int64 room, int64 ceiling, const GmWaitLook *looks, int n)
 {
 	bool		grew;
+	bool		retake = false;
+	int64		now = gm_monotonic_usec();
 
 	if (shared == NULL)
 		return;
@@ -1353,13 +1433,28 @@ gm_shmem_wait_publish(int64 room, int64 ceiling, const GmWaitLook *looks, int n)
 	{
 		GmWaitSlot *ws = &shared->slots[looks[k].slot].wait;
 
-		if (ws->state == GM_WAIT_ADMITTED && ws->pid == looks[k].pid &&
-			ws->arrival == looks[k].arrival)
+		if ((ws->state != GM_WAIT_ADMITTED && ws->state != GM_WAIT_RETURNED) ||
+			ws->pid != looks[k].pid || ws->arrival != looks[k].arrival)
+			continue;
+		if (looks[k].grew)
+			ws->grew_at = now;
+		ws->look_vmdata = looks[k].vmdata;
+		ws->look_gap = looks[k].gap;
+		if (ws->base_vmdata < 0)
+			continue;
+		if (ws->state == GM_WAIT_ADMITTED && looks[k].returns)
 		{
-			ws->look_vmdata = looks[k].vmdata;
-			ws->look_gap = looks[k].gap;
+			ws->state = GM_WAIT_RETURNED;
+			pg_atomic_fetch_add_u64(&shared->wait_counts[GM_WAIT_RETURNS], 1);
+			grew = true;
 		}
+		else if (ws->state == GM_WAIT_RETURNED && looks[k].grew &&
+				 looks[k].wait == GM_RESERVED_RUNS)
+			retake = true;
 	}
+	/* Those that grow again take their reservation again, where it fits. */
+	if (retake && room >= 0)
+		retake_reservations(room, now);
 	if (grew)
 		for (int i = 0; i < shared->nslots; i++)
 		{

@@ -339,7 +339,7 @@ for my $q (sort keys %$cnpg)
 # Every numeric or boolean column of a view a query reads is exported
 # (the query names it), or is listed here with the reason it is not: a
 # column a new version adds cannot be forgotten.
-my $group = 'the top ten keep calls, the largest and mean peaks, heap growths, errors and waits; the rest is in the view';
+my $group = 'the top ten keep calls, the largest and mean peaks, the mapped peak, heap growths, errors and waits; the rest is in the view';
 my %not_exported = (
 	'glibc_malloc_backends.pid' => 'per-pid series would grow without bound',
 	'glibc_malloc_backends.mmapped_bytes' => 'counted in system_bytes (heap and mmapped chunks)',
@@ -350,7 +350,7 @@ my %not_exported = (
 	'glibc_malloc_monitor.max_total_free_bytes' => 'the setting glibc_malloc.max_total_free',
 	map { ("glibc_malloc_statements.$_" => $group) } qw(plans min_plan_peak_bytes mean_plan_peak_bytes
 	  stddev_plan_peak_bytes exec_measured min_exec_peak_bytes stddev_exec_peak_bytes heap_change_bytes
-	  mmapped_change_bytes max_heap_growth_bytes limit_oom_errors));
+	  mmapped_change_bytes max_heap_growth_bytes limit_oom_errors mapped_measured));
 my %numeric_col;
 for my $row (split /\n/, $node->safe_psql('postgres', q{
 	SELECT c.relname || '|' || a.attname FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid
@@ -390,7 +390,7 @@ for my $vc (sort keys %not_exported)
 }
 # The columns 1.7 added, by name.
 like($query{glibc_malloc_guard}, qr/\b$_\b/, "glibc_malloc_guard's query exports $_")
-  for qw(reserve_bytes reserve_shrunk oom_kills oom_group_kills waits wait_time admissions wait_timeouts wait_skips unreserved_runs
+  for qw(reserve_bytes reserve_shrunk oom_kills oom_group_kills waits wait_time admissions wait_timeouts wait_skips unreserved_runs reservations_returned
   would_limit would_fail);
 like($query{glibc_malloc_guard_mode}, qr/\bg\.mode\b/, "glibc_malloc_guard_mode's query reads glibc_malloc_guard.mode");
 is_deeply([ map { $_->[1] } @{ $columns{glibc_malloc_guard_mode} } ], [qw(LABEL GAUGE)], 'the mode is a label of a gauge of its own');
@@ -413,7 +413,7 @@ is($node->safe_psql('postgres', q{SELECT string_agg(attname, ',' ORDER BY attnum
 like($query{glibc_malloc_monitor}, qr/\bcommit_headroom_bytes\b/, "glibc_malloc_monitor's query exports commit_headroom_bytes");
 like($query{glibc_malloc_statements_top}, qr/\b$_\b/, "glibc_malloc_statements_top's query exports $_") for qw(waits wait_time);
 is($exported{"glibc_malloc_guard_$_"}, 'COUNTER', "glibc_malloc_guard_$_ is a counter")
-  for qw(oom_kills oom_group_kills waits wait_time_seconds admissions wait_timeouts wait_skips unreserved_runs would_limit would_fail);
+  for qw(oom_kills oom_group_kills waits wait_time_seconds admissions wait_timeouts wait_skips unreserved_runs would_limit would_fail reservations_returned);
 is($exported{"glibc_malloc_guard_$_"}, 'GAUGE', "glibc_malloc_guard_$_ is a gauge") for qw(reserve_bytes reserve_shrunk);
 is($exported{glibc_malloc_monitor_commit_headroom_bytes}, 'GAUGE', 'glibc_malloc_monitor_commit_headroom_bytes is a gauge');
 is($exported{"glibc_malloc_statements_top_$_"}, 'COUNTER', "glibc_malloc_statements_top_$_ is a counter") for qw(waits wait_time_seconds);

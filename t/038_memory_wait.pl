@@ -342,6 +342,36 @@ $r = finish_query(start_query($sort, "SET work_mem = '1GB'", "SET glibc_malloc.m
 like($r->{out}, qr/^$rows$/m, 'after the cancelled waiters, a sort that fits runs');
 is(guard()->[3] - $before->[3], 0, 'without waiting: no reservation or queue entry was left behind');
 
+# A reservation nobody uses goes back.  A query recorded large (constants
+# are normalised away: generate_series(1, 1) is the same query) is run
+# again, small, sleeping: admitted with the large need, it holds that
+# until the monitor sees it sleep; then the big sort, which would not fit
+# beside it, is admitted at once with memory_wait = 0.
+my $sleepy = "SELECT pg_sleep(%s), count(*) FROM (SELECT md5(i::text) || 'sleepy' FROM generate_series(1, %d) i ORDER BY 1) s";
+$node->safe_psql('postgres', 'SELECT glibc_malloc_statements_reset()');
+$node->safe_psql('postgres', "SET work_mem = '1GB'; " . sprintf($sleepy, 0, $big_rows));
+my $sleepy_need = $node->safe_psql('postgres',
+	"SELECT max(max_mapped_peak_bytes) FROM glibc_malloc_statements WHERE max_exec_peak_bytes >= $big_rows * 100");
+# The big sort recorded again (the reset forgot it).
+$node->safe_psql('postgres', "SET work_mem = '1GB'; $big");
+wait_for(sub { room() >= $want_lo }, 15);
+$room = room();
+diag sprintf('room %.0f MB; the sleeping query is recorded at %.0f MB, the big sort needs %.0f MB', $room / $MB, ($sleepy_need || 0) / $MB, $big_need / $MB);
+cmp_ok($room - ($sleepy_need || 0), '<', $big_need, 'with the sleeping query\'s need reserved, the big sort would not fit');
+$before = guard();
+my $returned0 = $node->safe_psql('postgres', 'SELECT reservations_returned FROM glibc_malloc_guard');
+my $sleeper = start_query(sprintf($sleepy, 20, 1), "SET glibc_malloc.memory_wait = '0'");
+ok(wait_for(sub { guard()->[5] > $before->[5] }, 10), 'the sleeping query is admitted with its recorded need');
+ok(wait_for(sub { $node->safe_psql('postgres', 'SELECT reservations_returned FROM glibc_malloc_guard') > $returned0 }, 10),
+	'its reservation goes back once the monitor sees it sleep (reservations_returned)');
+$before = guard();
+$r = finish_query(start_query($big, "SET work_mem = '1GB'", "SET glibc_malloc.memory_wait = '0'"));
+like($r->{out}, qr/^$big_rows$/m, 'the big sort completes beside the sleeping query');
+is(guard()->[5] - $before->[5], 1, 'admitted at once with its need (admissions), not run with a grant');
+is(guard()->[9] - $before->[9], 0, 'and not counted in unreserved_runs');
+$node->safe_psql('postgres', "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE query LIKE '%sleepy%' AND pid <> pg_backend_pid()");
+finish_query($sleeper);
+
 # 4. A need above what could ever free runs at once.  The sidecar grows
 # until the room up to the target, with no session holding anything, is
 # less than half the big sort's need (the guard counts what idle sessions

@@ -589,6 +589,27 @@ main(void)
 		ok(!over, "and the usage stays under the target");
 	}
 
+	/* When a reservation goes back to the budget. */
+	{
+		static const struct
+		{
+			GmReservedWait wait;
+			int64		still_usec;
+			bool		returns;
+			const char *name;
+		}			rt[] = {
+			{GM_RESERVED_RUNS, 0, false, "a statement that grew at the last look keeps its reservation"},
+			{GM_RESERVED_RUNS, 1900 * 1000, false, "one still for 1.9 s keeps it"},
+			{GM_RESERVED_RUNS, 2000 * 1000, true, "one still for 2 s gives it back"},
+			{GM_RESERVED_LOCK, 0, true, "one waiting for a lock gives it back at once"},
+			{GM_RESERVED_SLEEP, 0, true, "one in pg_sleep gives it back at once"},
+			{GM_RESERVED_CLIENT_WRITE, 0, true, "one waiting for its client to take its rows gives it back at once"},
+		};
+
+		for (int i = 0; i < (int) lengthof(rt); i++)
+			ok(gm_guard_reservation_returns(rt[i].wait, rt[i].still_usec) == rt[i].returns, rt[i].name);
+	}
+
 	/* The admission of statements waiting for memory (memory_wait). */
 	{
 		GmAdmitWaiter w[8];
