@@ -338,6 +338,7 @@ extern GmMonitorState *gm_shmem_monitor(void);
 extern void gm_shmem_claim(void);
 extern int64 gm_shmem_own_limit(int64 own, int64 *orig);
 extern int64 gm_shmem_my_guard_limit(void);
+extern void gm_shmem_guard_wake(void);
 extern bool gm_shmem_limits(int slotno, int pid, int64 *orig, int64 *own, int64 *guard, bool *guarded);
 extern int64 gm_shmem_set_guard_limit(int slotno, int pid, int64 limit);
 extern int64 gm_shmem_slot_own_limit(int slotno);

@@ -416,6 +416,30 @@ admission_round(int64 now, bool due, bool *hopeless)
 }
 
 static GmRound wait_loop(int64 start, bool *timed_out, bool *hopeless);
+static int64 wait_for_need(int64 need);
+
+/*
+ * An admitted statement whose process the guard limits: wait (at most
+ * GM_GUARD_START_WAIT_MS) for the monitor's look that raises the limit to
+ * want, its VmData at admission plus its need (a look that read the
+ * process before its admission was noted left it at its idle or working
+ * share, and the executor would run into that before the next look).
+ */
+static void
+wait_for_reserved_limit(int64 want)
+{
+	for (int i = 0; i < GM_GUARD_START_WAIT_MS; i++)
+	{
+		int64		limit = gm_shmem_my_guard_limit();
+
+		if (limit == GM_NO_LIMIT || limit >= want)
+			return;
+		if (i == 0)
+			gm_shmem_guard_wake();
+		CHECK_FOR_INTERRUPTS();
+		pg_usleep(1000L);
+	}
+}
 
 /*
  * Before a top-level statement expected to take its need (its recorded
@@ -436,18 +460,24 @@ static GmRound wait_loop(int64 start, bool *timed_out, bool *hopeless);
 int64
 gm_guard_wait_for_memory(int64 exec_peak, int64 mapped_peak)
 {
-	int64		start;
-	int64		waited = 0;
-	int64		need;
-	GmRound		r;
-	bool		hopeless = false;
-	volatile bool timed_out = false;
-
 	gm_guard_wait_end();
 	if (Max(exec_peak, mapped_peak) < GM_WAIT_MIN_NEED)
 		return 0;
 	/* A mapped peak below the executor's was not a clean measure. */
-	need = mapped_peak >= exec_peak ? mapped_peak : (int64) (exec_peak * GM_WAIT_NEED_FACTOR);
+	return wait_for_need(mapped_peak >= exec_peak ? mapped_peak :
+						 (int64) (exec_peak * GM_WAIT_NEED_FACTOR));
+}
+
+/* gm_guard_wait_for_memory's work, for a need of need bytes. */
+static int64
+wait_for_need(int64 need)
+{
+	int64		start;
+	int64		waited = 0;
+	GmRound		r;
+	bool		hopeless = false;
+	volatile bool timed_out = false;
+
 	if (admit_buf == NULL)
 	{
 		static bool exit_hook = false;
@@ -498,8 +528,13 @@ gm_guard_wait_for_memory(int64 exec_peak, int64 mapped_peak)
 	switch (r)
 	{
 		case GM_ROUND_ADMITTED:
-			(void) gm_shmem_wait_note_base();
-			break;
+			{
+				int64		base = gm_shmem_wait_note_base();
+
+				if (base >= 0)
+					wait_for_reserved_limit(base + need);
+				break;
+			}
 		case GM_ROUND_GRANTED:
 			{
 				int64		grant;

@@ -1013,6 +1013,19 @@ gm_shmem_guard_starts(int slotno)
 	return pg_atomic_read_u32(&shared->slots[slotno].guard_starts);
 }
 
+/* Wake the monitor for a look now (its latch; nothing without one). */
+void
+gm_shmem_guard_wake(void)
+{
+	struct Latch *latch;
+
+	if (shared == NULL)
+		return;
+	latch = shared->monitor.guard_latch;
+	if (latch != NULL)
+		SetLatch(latch);
+}
+
 /*
  * The monitor: whether its last look counted process pid, in slotno, as
  * working (not written if another process claimed the slot since).
