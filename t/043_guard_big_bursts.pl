@@ -1,0 +1,111 @@
+# Long run (GM_TEST_LONG=1): bursts of 8 sorts of 3 million md5 strings
+# (work_mem = 1GB: about 500 MB of executor memory each, 460 MB of the
+# cgroup's usage, 630 MB mapped at their peak) started at once in a real
+# cgroup v1 of 1200 MB, from an idle server, in three configurations:
+#
+#  1. track_statements = top, the sort recorded once alone first,
+#     memory_wait = 0: what fits is admitted with its need at once, the
+#     others run with grants and fail early;
+#  2. the same with memory_wait = 30s: the others wait;
+#  3. track_statements = off (nothing recorded: no admission, no grants),
+#     the monitor's looks alone.
+#
+# In 1 and 2 the kernel must kill nothing and the server must not restart
+# (a burst the guard lets outrun it would); in 3 the counts are printed
+# only. GM_TEST_LONG_BURSTS bursts per configuration (default 20).
+#
+# Needs a cgroup v1 memory directory writable by the test's user, named by
+# GM_TEST_CGROUP_V1.  The measurements are printed (diag), passing or not.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use GlibcMallocTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(sleep time);
+
+plan skip_all => 'a long run: set GM_TEST_LONG=1' unless $ENV{GM_TEST_LONG};
+my $cg = test_cgroup_v1();
+
+my $MB = 2**20;
+my $limit = 1200 * $MB;
+my $K = 8;
+my $bursts = $ENV{GM_TEST_LONG_BURSTS} || 20;
+my $rows = 3_000_000;
+my $sort = "SELECT count(*) FROM (SELECT md5(i::text) FROM generate_series(1, $rows) i ORDER BY 1) s";
+
+my $node = new_node('bigbursts', "shared_buffers = 16MB\nmax_connections = 40\n"
+	  . "glibc_malloc.track_statements = top\n", no_start => 1);
+$node->start;
+enter_cgroup_v1($node, $cg, $limit);
+$node->safe_psql('postgres', 'CREATE EXTENSION glibc_malloc');
+ok(wait_for(sub { (guard_counts($node)->[2] || 0) > 0 }, 10), "the monitor read the cgroup's limit");
+
+sub cg_read { my $v = slurp_file("$cg/$_[0]"); chomp $v; return $v }
+sub kills { cgroup_v1_oom_kills($cg) }
+
+# Recorded once alone: its peaks, and what it adds to the cgroup's usage.
+write_file("$cg/memory.max_usage_in_bytes", '0');
+my $usage0 = cg_read('memory.usage_in_bytes');
+$node->safe_psql('postgres', "SET work_mem = '1GB'; $sort", timeout => 600);
+my $charge = cg_read('memory.max_usage_in_bytes') - $usage0;
+my ($exec, $mapped) = split /\|/, $node->safe_psql('postgres',
+	'SELECT max(max_exec_peak_bytes), max(max_mapped_peak_bytes) FROM glibc_malloc_statements');
+diag sprintf('one sort: %.0f MB of executor memory, %.0f MB mapped, %.0f MB of the cgroup\'s usage',
+	$exec / $MB, ($mapped || 0) / $MB, $charge / $MB);
+
+sub postmaster { (split /\n/, slurp_file($node->data_dir . '/postmaster.pid'))[0] }
+
+# One burst: returns completed, out of memory, other, the cgroup's peak.
+sub burst
+{
+	my ($wait) = @_;
+	wait_for(sub { my $g = guard_counts($node); $g->[0] eq 'f' && $g->[1] < $limit / 4 }, 60);
+	write_file("$cg/memory.max_usage_in_bytes", '0');
+	my @runs = map { GlibcMallocTest::start_query($node, $sort, "SET work_mem = '1GB'", "SET glibc_malloc.memory_wait = '$wait'") } 1 .. $K;
+	my ($c, $o, $x) = (0, 0, 0);
+	for my $r (map { finish_query($_) } @runs)
+	{
+		if ($r->{out} =~ /^$rows$/m) { $c++ }
+		elsif ($r->{err} =~ /out of memory/) { $o++ }
+		else { $x++ }
+	}
+	return ($c, $o, $x, cg_read('memory.max_usage_in_bytes'));
+}
+
+for my $config ([ 'recorded, memory_wait 0', 'top', '0' ], [ 'recorded, memory_wait 30s', 'top', '30s' ],
+	[ 'not recorded (track_statements off)', 'none', '0' ])
+{
+	my ($name, $track, $wait) = @$config;
+	$node->safe_psql('postgres', "ALTER SYSTEM SET glibc_malloc.track_statements = '$track'");
+	$node->reload;
+	my $kills0 = kills();
+	my $pm0 = postmaster();
+	my (@per, $oom, $other, $top, $restarts);
+	my $t0 = time;
+	for my $b (1 .. $bursts)
+	{
+		my ($c, $o, $x, $peak) = burst($wait);
+		push @per, $c;
+		$oom += $o;
+		$other += $x;
+		$top = $peak if !defined $top || $peak > $top;
+		if (!kill 0, $pm0 or $x > 0)
+		{
+			# A kill restarts the server (restart_after_crash = on).
+			$node->poll_query_until('postgres', 'SELECT true');
+			$restarts++ if $x > 0;
+		}
+	}
+	my $kills = kills() - $kills0;
+	diag sprintf('%s: %d bursts of %d in %.0f s: completed per burst %s; %d out of memory, %d other (lost), %d OOM kills, the cgroup peaked at %.0f MB of %.0f MB',
+		$name, $bursts, $K, time - $t0, "@per", $oom, $other // 0, $kills, $top / $MB, $limit / $MB);
+	next if $track eq 'none';
+	is($kills, 0, "$name: the kernel killed nothing in $bursts bursts");
+	is($other // 0, 0, "$name: no session lost");
+	is(scalar(grep { $_ < 1 } @per), 0, "$name: a sort completes in every burst");
+}
+
+$node->stop('fast');
+done_testing();
