@@ -146,7 +146,7 @@ static QueryDesc *reserved_desc = NULL;
 static QueryDesc *mapped_desc = NULL;
 static int64 mapped_size0 = -1;
 static int64 mapped_peak0 = -1;
-static int64 mapped_free0 = 0;	/* glibc's free heap then: the run may use it */
+
 
 /* No statement has started since the last top-level transaction end. */
 static bool first_statement = true;
@@ -405,14 +405,12 @@ wait_for_memory(QueryDesc *queryDesc, int eflags)
 		return;
 	queryid = queryDesc->plannedstmt->queryId;
 	exec_peak = gm_statements_recorded_peak(queryid, &mapped_peak, &tracked);
-	if (tracked && gm_guard_measures_mapped(exec_peak, mapped_peak))
+	/* Not a parallel plan: its shared memory would count as mapped. */
+	if (tracked && !queryDesc->plannedstmt->parallelModeNeeded &&
+		gm_guard_measures_mapped(exec_peak, mapped_peak))
 	{
-		GmMallinfo	mi;
-
 		mapped_size0 = gm_proc_status_bytes(0, "VmSize:");
 		mapped_peak0 = gm_proc_status_bytes(0, "VmPeak:");
-		gm_mallinfo(&mi);
-		mapped_free0 = (int64) mi.fordblks;
 		if (mapped_size0 >= 0 && mapped_peak0 >= 0)
 			mapped_desc = queryDesc;
 	}
@@ -424,17 +422,19 @@ wait_for_memory(QueryDesc *queryDesc, int eflags)
 }
 
 /*
- * The measured top-level executor ends: what its process mapped at most
- * over its start, plus the free heap it had then (which the run may have
- * used instead of mapping), if it set a new VmPeak (else unknown: an
- * earlier statement of the backend mapped more); -1 = not measured.
- * Counts every mapping (a parallel query's dynamic shared memory too): an
- * estimate from above of what the run needs under RLIMIT_DATA.
+ * The measured top-level executor ends, having used exec_bytes in its
+ * memory contexts: what its process mapped at most over its start, if it
+ * set a new VmPeak (else unknown: an earlier statement of the backend
+ * mapped more), and if that is at least exec_bytes (else the run reused
+ * free heap the backend had, and the measure says less than the run
+ * needs); -1 = not measured.  VmPeak counts every mapping, not only what
+ * RLIMIT_DATA counts: an estimate from above.
  */
 static int64
-mapped_end(QueryDesc *queryDesc)
+mapped_end(QueryDesc *queryDesc, int64 exec_bytes)
 {
 	int64		peak;
+	int64		mapped;
 
 	if (queryDesc != mapped_desc || nesting != 0)
 		return -1;
@@ -442,7 +442,8 @@ mapped_end(QueryDesc *queryDesc)
 	peak = gm_proc_status_bytes(0, "VmPeak:");
 	if (peak <= mapped_peak0)
 		return -1;
-	return Max(peak - mapped_size0, 0) + mapped_free0;
+	mapped = peak - mapped_size0;
+	return mapped >= exec_bytes ? mapped : -1;
 }
 
 /* Admit a top-level query, let presets follow work_mem, then chain one level down. */
@@ -533,7 +534,7 @@ gm_ExecutorEnd(QueryDesc *queryDesc)
 
 	gm_statements_executor_end(queryDesc, &end);
 	if (end.pending)
-		end.mapped_bytes = mapped_end(queryDesc);
+		end.mapped_bytes = mapped_end(queryDesc, end.exec_bytes);
 	reservation_executor_end(queryDesc);
 
 	if (reuse > 0 && bytes >= reuse)
@@ -561,10 +562,15 @@ gm_ExecutorEnd(QueryDesc *queryDesc)
 	executor_ended();
 }
 
-/* Count the nesting level around the executor's run, then chain. */
+/* Count the nesting level around the executor's run, a grant's limit in force meanwhile; chain. */
 static void
 gm_ExecutorRun(GM_ER_ARGS)
 {
+	volatile bool granted = nesting == 0 && queryDesc == reserved_desc;
+
+	/* A grant's limit is in force while its executor runs. */
+	if (granted)
+		gm_guard_grant_run(true);
 	nesting++;
 	PG_TRY();
 	{
@@ -576,11 +582,16 @@ gm_ExecutorRun(GM_ER_ARGS)
 	PG_CATCH();
 	{
 		nesting--;
+		/* Counted with the grant's limit in force: the guard's error. */
 		caught_error();
+		if (granted)
+			gm_guard_grant_run(false);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
 	nesting--;
+	if (granted)
+		gm_guard_grant_run(false);
 
 	/*
 	 * A top-level portal that returned all the rows asked for may be
@@ -591,10 +602,14 @@ gm_ExecutorRun(GM_ER_ARGS)
 							  queryDesc->estate->es_processed >= count);
 }
 
-/* The same around ExecutorFinish (AFTER triggers). */
+/* The same around ExecutorFinish (AFTER triggers), the grant's limit with it. */
 static void
 gm_ExecutorFinish(QueryDesc *queryDesc)
 {
+	volatile bool granted = nesting == 0 && queryDesc == reserved_desc;
+
+	if (granted)
+		gm_guard_grant_run(true);
 	nesting++;
 	PG_TRY();
 	{
@@ -606,11 +621,16 @@ gm_ExecutorFinish(QueryDesc *queryDesc)
 	PG_CATCH();
 	{
 		nesting--;
+		/* Counted with the grant's limit in force: the guard's error. */
 		caught_error();
+		if (granted)
+			gm_guard_grant_run(false);
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
 	nesting--;
+	if (granted)
+		gm_guard_grant_run(false);
 }
 
 /*
@@ -758,6 +778,7 @@ gm_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	 */
 	if (event == SUBXACT_EVENT_ABORT_SUB && nesting == 0)
 	{
+		mapped_desc = NULL;
 		gm_guard_wait_end();
 		gm_guard_top_statement_end();
 	}

@@ -383,8 +383,10 @@ typedef enum GmReservedWait
 {
 	GM_RESERVED_RUNS,			/* nothing the reservation should outlast */
 	GM_RESERVED_LOCK,			/* a heavyweight lock */
-	GM_RESERVED_SLEEP,			/* a timeout (pg_sleep, a delay) */
-	GM_RESERVED_CLIENT_WRITE	/* its client, to take its rows */
+	GM_RESERVED_SLEEP,			/* pg_sleep */
+	GM_RESERVED_CLIENT_WRITE,	/* its client, to take its rows */
+	GM_RESERVED_CLIENT_READ		/* its client's next command: its statement
+								 * is over (the reservation ends) */
 } GmReservedWait;
 
 /* An admitted statement's process, as the monitor read it before a look's usage. */
@@ -395,7 +397,10 @@ typedef struct GmWaitLook
 	uint64		arrival;		/* its admission's */
 	int64		vmdata;
 	int64		gap;			/* VmData less RssAnon */
-	bool		grew;			/* VmData above the last look's (or the base) */
+	int64		before;			/* VmData at the last look (or the base; -1) */
+	int64		grew_at;		/* when a look last saw it grow */
+	bool		granted;		/* a grant, not a need: never returned */
+	bool		grew;			/* VmData above before */
 	int64		still_usec;		/* since it last grew (0: it grew now) */
 	GmReservedWait wait;		/* what it waits for */
 	bool		returns;		/* the monitor's decision: it goes back */
@@ -405,7 +410,8 @@ extern void gm_shmem_wait_publish(int64 room, int64 ceiling, const GmWaitLook *l
 extern int64 gm_shmem_wait_note_base(void);
 extern bool gm_shmem_wait_hopeless(void);
 extern bool gm_shmem_wait_admitted(void);
-extern int64 gm_shmem_wait_grant(void);
+extern bool gm_shmem_wait_granted(int64 *grant);
+extern uint32 gm_shmem_wait_looks(void);
 extern void gm_shmem_wait_leave(void);
 extern void gm_shmem_wait_count(GmWaitCount kind, int64 n);
 extern void gm_shmem_wait_counts(int64 *counts);
@@ -523,8 +529,9 @@ typedef struct GmAdmitWaiter
 	/* the decision */
 	bool		admit;
 	bool		hopeless;		/* need above the ceiling: never fits */
-	int64		grant;			/* mine, not admitted, due or hopeless: the
-								 * share it runs with (0: none) */
+	bool		granted;		/* mine, not admitted, due or hopeless: it
+								 * runs now with a grant ... */
+	int64		grant;			/* ... of this many bytes (may be 0) */
 } GmAdmitWaiter;
 
 
@@ -533,6 +540,7 @@ extern bool gm_guard_reservation_returns(GmReservedWait wait, int64 still_usec);
 extern const char *gm_guard_hint_remedy(GmLimitSource source);
 extern void gm_guard_levels(int64 limit, GmGuardLevels *lv);
 extern int	gm_guard_admit(int64 available, int64 ceiling, GmAdmitWaiter *waiters, int n);
+extern int64 gm_guard_grant_limit(int64 base, int64 grant);
 extern int64 gm_guard_reserve_shift(int64 limit, int n);
 extern bool gm_guard_engaged_after(int64 limit, int64 usage, bool engaged);
 extern bool gm_guard_measure(int64 limit, int64 usage, bool engaged);
@@ -569,6 +577,7 @@ extern void gm_guard_reads_client(bool on);
 extern bool gm_guard_may_wait(void);
 extern int64 gm_guard_wait_for_memory(int64 exec_peak, int64 mapped_peak);
 extern bool gm_guard_measures_mapped(int64 exec_peak, int64 mapped_peak);
+extern void gm_guard_grant_run(bool on);
 extern void gm_guard_wait_end(void);
 /* What gm_guard_count_oom found. */
 typedef enum GmOomKind

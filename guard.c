@@ -145,9 +145,12 @@ static int64 orig_soft = -1;
 static int64 own_limit = GM_NO_LIMIT;
 
 /*
- * The running statement's grant (it runs without its need, with a share):
- * an absolute soft RLIMIT_DATA until it ends; GM_NO_LIMIT = none.
+ * The statement's grant (it runs without its need, with a share): an
+ * absolute soft RLIMIT_DATA (grant_pending) from its admission until it
+ * ends, in force (grant_limit) only while its executor runs, so that the
+ * backend reads its client's next message without it; GM_NO_LIMIT = none.
  */
+static int64 grant_pending = GM_NO_LIMIT;
 static int64 grant_limit = GM_NO_LIMIT;
 
 static void set_limits(void);
@@ -222,21 +225,20 @@ set_limits(void)
 	}
 }
 
-/* The statement runs with a grant: its limit is VmData base plus grant. */
+/* The statement runs with a grant: its limit, from VmData base (gm_guard_grant_run applies it). */
 static void
 grant_set(int64 base, int64 grant)
 {
 	int64		hard;
 
-	if (base < 0 || grant <= 0)
+	if (base < 0)
 		return;
 	if (orig_soft < 0 && !gm_data_limit(0, &orig_soft, &hard))
 		orig_soft = GM_NO_LIMIT;
-	grant_limit = base + grant;
-	set_limits();
+	grant_pending = gm_guard_grant_limit(base, grant);
 }
 
-/* The statement with a grant ended: its limit goes (a raise; a flag test when none). */
+/* The grant's limit is no longer in force (a raise; a flag test when none). */
 static void
 grant_lift(void)
 {
@@ -244,6 +246,24 @@ grant_lift(void)
 		return;
 	grant_limit = GM_NO_LIMIT;
 	set_limits();
+}
+
+/*
+ * The executor of the statement with a grant starts (on) or stops running
+ * (ExecutorRun, ExecutorFinish at the top level; also when they fail): its
+ * limit is in force only meanwhile.  A flag test without a grant.
+ * Allocates nothing.
+ */
+void
+gm_guard_grant_run(bool on)
+{
+	if (!on)
+		grant_lift();
+	else if (grant_pending != GM_NO_LIMIT && grant_limit != grant_pending)
+	{
+		grant_limit = grant_pending;
+		set_limits();
+	}
 }
 
 /* A parallel worker takes its slot at its first statement, for the guard. */
@@ -407,8 +427,12 @@ admission_round(int64 now, bool due, bool *hopeless)
 			admit_buf[i].due = admit_buf[i].mine && due;
 		(void) gm_guard_admit(room - outstanding, ceiling, admit_buf, n);
 		gm_shmem_wait_admit(admit_buf, n);
-		r = !gm_shmem_wait_admitted() ? GM_ROUND_WAIT :
-			gm_shmem_wait_grant() > 0 ? GM_ROUND_GRANTED : GM_ROUND_ADMITTED;
+		{
+			int64		grant;
+
+			r = !gm_shmem_wait_admitted() ? GM_ROUND_WAIT :
+				gm_shmem_wait_granted(&grant) ? GM_ROUND_GRANTED : GM_ROUND_ADMITTED;
+		}
 	}
 	*hopeless = gm_shmem_wait_hopeless();
 	gm_shmem_wait_unlock();
@@ -420,24 +444,31 @@ static int64 wait_for_need(int64 need);
 
 /*
  * An admitted statement whose process the guard limits: wait (at most
- * GM_GUARD_START_WAIT_MS) for the monitor's look that raises the limit to
- * want, its VmData at admission plus its need (a look that read the
- * process before its admission was noted left it at its idle or working
- * share, and the executor would run into that before the next look).
+ * GM_GUARD_START_WAIT_MS) until its limit covers want, its VmData at
+ * admission plus its need, or a look that began after the admission was
+ * noted has set it (one that read the process before left it at its idle
+ * or working share, and the executor would run into that before the next
+ * look; the budget may not cover the whole need).  On the latch, with the
+ * wait event of a wait for memory.
  */
 static void
-wait_for_reserved_limit(int64 want)
+wait_for_reserved_limit(int64 want, uint32 looks0)
 {
-	for (int i = 0; i < GM_GUARD_START_WAIT_MS; i++)
+	int64		start = gm_monotonic_usec();
+
+	for (;;)
 	{
 		int64		limit = gm_shmem_my_guard_limit();
+		int64		left_ms = GM_GUARD_START_WAIT_MS - (gm_monotonic_usec() - start) / 1000;
 
-		if (limit == GM_NO_LIMIT || limit >= want)
+		if (limit == GM_NO_LIMIT || limit >= want ||
+			gm_shmem_wait_looks() - looks0 >= 2 || left_ms <= 0)
 			return;
-		if (i == 0)
-			gm_shmem_guard_wake();
+		gm_shmem_guard_wake();
+		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+						 Min(left_ms, 5), gm_memory_wait_event());
+		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
-		pg_usleep(1000L);
 	}
 }
 
@@ -529,24 +560,26 @@ wait_for_need(int64 need)
 	{
 		case GM_ROUND_ADMITTED:
 			{
+				uint32		looks0 = gm_shmem_wait_looks();
 				int64		base = gm_shmem_wait_note_base();
 
 				if (base >= 0)
-					wait_for_reserved_limit(base + need);
+					wait_for_reserved_limit(base + need, looks0);
 				break;
 			}
 		case GM_ROUND_GRANTED:
 			{
-				int64		grant;
+				int64		grant = 0;
 
 				gm_shmem_wait_lock();
-				grant = gm_shmem_wait_grant();
+				(void) gm_shmem_wait_granted(&grant);
 				gm_shmem_wait_unlock();
 				grant_set(gm_shmem_wait_note_base(), grant);
-				if (hopeless)
-					gm_shmem_wait_count(GM_WAIT_SKIPS, 1);
-				else if (!timed_out)
+				/* A timeout is counted in wait_timeouts. */
+				if (!timed_out && wait_ms() == 0)
 					gm_shmem_wait_count(GM_WAIT_UNRESERVED, 1);
+				else if (!timed_out && hopeless)
+					gm_shmem_wait_count(GM_WAIT_SKIPS, 1);
 				break;
 			}
 		case GM_ROUND_WAIT:
@@ -621,6 +654,7 @@ wait_loop(int64 start, bool *timed_out, bool *hopeless)
 void
 gm_guard_wait_end(void)
 {
+	grant_pending = GM_NO_LIMIT;
 	grant_lift();
 	if (!wait_entered)
 		return;
@@ -710,7 +744,11 @@ gm_guard_error_hint(ErrorData *edata)
 		return;
 	vm = gm_proc_status_bytes(0, "VmData:");
 	fmt_size(used, sizeof(used), Max(vm, 0));
-	if (by_guard)
+	if (by_guard && grant_limit != GM_NO_LIMIT && soft == grant_limit)
+		snprintf(buf, sizeof(buf),
+				 "The statement's recorded memory need did not fit the room left below the server's memory limit when it started, and it ran with what was left (%s mapped): glibc_malloc.memory_guard keeps the kernel's OOM killer from restarting the server. Set glibc_malloc.memory_wait so that it waits for room, or retry when fewer large queries run.",
+				 used);
+	else if (by_guard)
 		snprintf(buf, sizeof(buf),
 				 "The server is close to its memory limit: glibc_malloc.memory_guard limited this backend's private memory (%s mapped) so that the kernel's OOM killer does not restart the server. Retry when fewer large queries run, lower work_mem, or %s.",
 				 used, gm_guard_hint_remedy(gm_shmem_monitor_source()));

@@ -97,13 +97,16 @@
  * working one, served by its growth.
  *
  * A statement that runs without its need (memory_wait = 0 and it does not
- * fit, its wait ran out, or its need is hopeless) runs with a share, its
- * grant: half of what is left once the admitted and the kept needs are
- * taken, at least GM_GRANT_FLOOR.  It holds the grant as a reservation and
- * its process limits itself to its VmData plus the grant until the
- * statement ends: a burst of statements that do not all fit cannot grow
- * past the guard's target between two of the monitor's looks, engaged or
- * not, and the first ones of it keep the room they were admitted with.
+ * fit, its wait ran out, or its need is hopeless) runs with its grant:
+ * what is left once the admitted statements, the kept needs and the needs
+ * of the waiters that came before it are taken (0 when nothing is).  It
+ * holds the grant as a reservation, and its process limits itself to its
+ * VmData plus the grant plus its reserve (GM_GUARD_PROC_RESERVE, the
+ * margin's, as every process's) while the statement runs
+ * (gm_guard_grant_limit): a burst of statements that do not all fit grows
+ * past the guard's target between two of the monitor's looks by at most
+ * their reserves, engaged or not, and the first ones of it keep the room
+ * they were admitted with.  A lone statement gets all that is left.
  *
  *-------------------------------------------------------------------------
  */
@@ -143,8 +146,6 @@
 #define GM_RESERVED_STILL_USEC (2 * 1000 * 1000)	/* a reservation that
 														 * has not grown this
 														 * long goes back */
-#define GM_GRANT_FLOOR		(4 * MB)	/* a statement that runs without its
-										 * need gets at least this share */
 #define GM_GUARD_GRAIN		(256 * 1024)	/* the shares of those not working
 											 * are rounded down to this */
 
@@ -171,6 +172,8 @@ static const bool gm_guard_coverage[GM_GUARD_NMODES][GM_NLIMIT_SOURCES] = {
 bool
 gm_guard_reservation_returns(GmReservedWait wait, int64 still_usec)
 {
+	if (wait == GM_RESERVED_CLIENT_READ)
+		return false;			/* it ends: not a return */
 	return wait != GM_RESERVED_RUNS || still_usec >= GM_RESERVED_STILL_USEC;
 }
 
@@ -457,6 +460,13 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 	}
 }
 
+/* The soft RLIMIT_DATA of a statement with grant bytes, at VmData base. */
+int64
+gm_guard_grant_limit(int64 base, int64 grant)
+{
+	return base + Max(grant, 0) + GM_GUARD_PROC_RESERVE;
+}
+
 /* qsort: arrival order. */
 static int
 cmp_arrival(const void *a, const void *b)
@@ -497,16 +507,28 @@ gm_guard_admit(int64 available, int64 ceiling, GmAdmitWaiter *waiters, int n)
 				 Min(w->patience_ms, GM_ADMIT_PASS_MAX_MS) * GM_ADMIT_PASS_SHARE)
 			left -= need;
 	}
-	/* Who runs now without its need: a share of what is left. */
-	for (int i = 0; i < n; i++)
+	/*
+	 * Who runs now without its need: what is left, less the needs of the
+	 * waiters that came before it (the kept ones are out of left already).
+	 */
 	{
-		GmAdmitWaiter *w = &waiters[i];
+		int64		ahead = 0;
 
-		w->grant = 0;
-		if (w->mine && !w->admit && (w->due || w->hopeless))
+		for (int i = 0; i < n; i++)
 		{
-			w->grant = Max(left / 2, GM_GRANT_FLOOR);
-			left -= w->grant;
+			GmAdmitWaiter *w = &waiters[i];
+			bool		kept = w->patience_ms > 0 &&
+				w->waited_ms * 100 >= Min(w->patience_ms, GM_ADMIT_PASS_MAX_MS) * GM_ADMIT_PASS_SHARE;
+
+			w->granted = w->mine && !w->admit && (w->due || w->hopeless);
+			w->grant = 0;
+			if (w->granted)
+			{
+				w->grant = Max(left - ahead, 0);
+				left -= w->grant;
+			}
+			else if (!w->admit && !w->hopeless && !kept)
+				ahead += Max(w->need, 0);
 		}
 	}
 	return admitted;

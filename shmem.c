@@ -166,6 +166,7 @@ typedef struct GmShared
 								 * have: the target less what the guard cannot
 								 * move; -1 = unknown */
 	pg_atomic_uint64 wait_counts[GM_NWAIT_COUNTS];
+	pg_atomic_uint32 wait_looks;	/* the monitor's looks published */
 	int			nslots;
 	GmSlot		slots[FLEXIBLE_ARRAY_MEMBER];
 } GmShared;
@@ -240,6 +241,7 @@ gm_shmem_startup(void)
 		shared->wait_ceiling = -1;
 		for (int k = 0; k < GM_NWAIT_COUNTS; k++)
 			pg_atomic_init_u64(&shared->wait_counts[k], 0);
+		pg_atomic_init_u32(&shared->wait_looks, 0);
 		shared->counters_since = GetCurrentTimestamp();
 	}
 	LWLockRelease(AddinShmemInitLock);
@@ -1300,7 +1302,7 @@ gm_shmem_wait_admit(const GmAdmitWaiter *w, int n)
 		if (ws->state != GM_WAIT_WAITING)
 			continue;
 		ws->hopeless = w[i].hopeless;
-		if (!w[i].admit && w[i].grant <= 0)
+		if (!w[i].admit && !w[i].granted)
 			continue;
 		ws->state = GM_WAIT_ADMITTED;
 		ws->granted = !w[i].admit;
@@ -1328,10 +1330,12 @@ reserved_wait(int slotno, int pid)
 		return GM_RESERVED_RUNS;
 	if ((info & 0xFF000000) == PG_WAIT_LOCK)
 		return GM_RESERVED_LOCK;
-	if ((info & 0xFF000000) == PG_WAIT_TIMEOUT)
+	if (info == WAIT_EVENT_PG_SLEEP)
 		return GM_RESERVED_SLEEP;
 	if (info == WAIT_EVENT_CLIENT_WRITE)
 		return GM_RESERVED_CLIENT_WRITE;
+	if (info == WAIT_EVENT_CLIENT_READ)
+		return GM_RESERVED_CLIENT_READ;
 	return GM_RESERVED_RUNS;
 }
 
@@ -1347,9 +1351,12 @@ int
 gm_shmem_wait_note_look(GmWaitLook *looks)
 {
 	int			n = 0;
+	int			kept = 0;
 
 	if (shared == NULL)
 		return 0;
+	/* What the slots hold, under the lock (64-bit fields: 32-bit builds). */
+	LWLockAcquire(shared->wait_lock, LW_SHARED);
 	for (int i = 0; i < shared->nslots; i++)
 	{
 		GmWaitSlot *ws = &shared->slots[i].wait;
@@ -1359,23 +1366,29 @@ gm_shmem_wait_note_look(GmWaitLook *looks)
 			continue;
 		lk->slot = i;
 		lk->pid = ws->pid;
-		lk->arrival = ws->arrival;	/* checked again under the lock */
+		lk->arrival = ws->arrival;	/* checked again at publish */
+		lk->before = ws->look_vmdata >= 0 ? ws->look_vmdata : ws->base_vmdata;
+		lk->grew_at = ws->grew_at;
+		lk->granted = ws->granted;
+		n++;
+	}
+	LWLockRelease(shared->wait_lock);
+	/* Then /proc, without it. */
+	for (int k = 0; k < n; k++)
+	{
+		GmWaitLook *lk = &looks[k];
+
 		if ((lk->vmdata = gm_proc_status_bytes(lk->pid, "VmData:")) < 0 ||
 			(lk->gap = gm_proc_status_bytes(lk->pid, "RssAnon:")) < 0)
 			continue;
 		lk->gap = Max(lk->vmdata - lk->gap, 0);
-		/* Unlocked reads: the lock checks the arrival again at publish. */
-		{
-			int64		before = ws->look_vmdata >= 0 ? ws->look_vmdata : ws->base_vmdata;
-
-			lk->grew = before >= 0 && lk->vmdata > before;
-			lk->still_usec = lk->grew ? 0 : Max(gm_monotonic_usec() - ws->grew_at, 0);
-		}
-		lk->wait = reserved_wait(i, lk->pid);
+		lk->grew = lk->before >= 0 && lk->vmdata > lk->before;
+		lk->still_usec = lk->grew ? 0 : Max(gm_monotonic_usec() - lk->grew_at, 0);
+		lk->wait = reserved_wait(lk->slot, lk->pid);
 		lk->returns = false;
-		n++;
+		looks[kept++] = *lk;
 	}
-	return n;
+	return kept;
 }
 
 /*
@@ -1397,6 +1410,8 @@ retake_reservations(int64 room, int64 now)
 		if (ws->state == GM_WAIT_ADMITTED)
 			left -= Max(ws->need - Max(ws->look_vmdata >= 0 && ws->base_vmdata >= 0 ?
 										ws->look_vmdata - ws->base_vmdata : 0, 0), 0) + ws->look_gap;
+		else if (ws->state == GM_WAIT_WAITING && !ws->hopeless)
+			left -= ws->need;	/* a waiter comes before a retake */
 	}
 	for (int i = 0; i < shared->nslots; i++)
 	{
@@ -1455,7 +1470,13 @@ gm_shmem_wait_publish(int64 room, int64 ceiling, const GmWaitLook *looks, int n)
 		ws->look_gap = looks[k].gap;
 		if (ws->base_vmdata < 0)
 			continue;
-		if (ws->state == GM_WAIT_ADMITTED && looks[k].returns)
+		if (looks[k].wait == GM_RESERVED_CLIENT_READ)
+		{
+			/* Its statement is over (a suspended portal): it ends. */
+			ws->state = GM_WAIT_NONE;
+			grew = true;
+		}
+		else if (ws->state == GM_WAIT_ADMITTED && !ws->granted && looks[k].returns)
 		{
 			ws->state = GM_WAIT_RETURNED;
 			pg_atomic_fetch_add_u64(&shared->wait_counts[GM_WAIT_RETURNS], 1);
@@ -1477,6 +1498,14 @@ gm_shmem_wait_publish(int64 room, int64 ceiling, const GmWaitLook *looks, int n)
 				SetLatch(ws->latch);
 		}
 	LWLockRelease(shared->wait_lock);
+	pg_atomic_fetch_add_u32(&shared->wait_looks, 1);
+}
+
+/* How many looks the monitor has published (a counter that wraps). */
+uint32
+gm_shmem_wait_looks(void)
+{
+	return shared ? pg_atomic_read_u32(&shared->wait_looks) : 0;
 }
 
 /*
@@ -1515,12 +1544,12 @@ gm_shmem_wait_admitted(void)
 	return my_slot->wait.state == GM_WAIT_ADMITTED;
 }
 
-/* Under the lock: the grant this process's statement runs with (0: none). */
-int64
-gm_shmem_wait_grant(void)
+/* Under the lock: whether this process's statement runs with a grant, and of how much (*grant). */
+bool
+gm_shmem_wait_granted(int64 *grant)
 {
-	return my_slot->wait.state == GM_WAIT_ADMITTED && my_slot->wait.granted ?
-		my_slot->wait.need : 0;
+	*grant = my_slot->wait.need;
+	return my_slot->wait.state == GM_WAIT_ADMITTED && my_slot->wait.granted;
 }
 
 /*

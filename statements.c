@@ -1135,6 +1135,7 @@ require_hash(void)
 #define GM_STMT_COLS		25
 #define GM_STMT_COLS_1_6	21	/* before waits, wait_time, mapped_measured
 								 * and max_mapped_peak_bytes */
+#define GM_STMT_COLS_1_7_EARLY 23	/* a build of 1.7 before the last two */
 #define GM_STMT_INFO_COLS	4
 
 /*
@@ -1169,7 +1170,7 @@ glibc_malloc_statements(PG_FUNCTION_ARGS)
 	require_hash();
 	gm_init_srf(fcinfo);
 	ncols = rsinfo->setDesc->natts;
-	if (ncols != GM_STMT_COLS_1_6)
+	if (ncols != GM_STMT_COLS_1_6 && ncols != GM_STMT_COLS_1_7_EARLY)
 		check_columns(rsinfo->setDesc, GM_STMT_COLS, "glibc_malloc_statements");
 
 	LWLockAcquire(stmt_shared->lock, LW_SHARED);
@@ -1221,10 +1222,13 @@ glibc_malloc_statements(PG_FUNCTION_ARGS)
 		values[j++] = Int64GetDatum(c.max_heap_growth);
 		values[j++] = Int64GetDatum(c.oom_errors);
 		values[j++] = Int64GetDatum(c.limit_oom_errors);
-		if (ncols == GM_STMT_COLS)
+		if (ncols >= GM_STMT_COLS_1_7_EARLY)
 		{
 			values[j++] = Int64GetDatum(c.waits);
 			values[j++] = Float8GetDatum(c.wait_usec / 1000.0);
+		}
+		if (ncols == GM_STMT_COLS)
+		{
 			values[j++] = Int64GetDatum(c.mapped_n);
 			if (c.mapped_n > 0)
 				values[j++] = Int64GetDatum(c.mapped_max);

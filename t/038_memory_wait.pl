@@ -362,8 +362,14 @@ $before = guard();
 my $returned0 = $node->safe_psql('postgres', 'SELECT reservations_returned FROM glibc_malloc_guard');
 my $sleeper = start_query(sprintf($sleepy, 20, 1), "SET glibc_malloc.memory_wait = '0'");
 ok(wait_for(sub { guard()->[5] > $before->[5] }, 10), 'the sleeping query is admitted with its recorded need');
+my $t_admitted = time;
 ok(wait_for(sub { $node->safe_psql('postgres', 'SELECT reservations_returned FROM glibc_malloc_guard') > $returned0 }, 10),
 	'its reservation goes back once the monitor sees it sleep (reservations_returned)');
+my $returned_after = time - $t_admitted;
+diag sprintf('the reservation went back %.2f s after the admission was seen', $returned_after);
+# Because it sleeps (PgSleep), at a look 250 ms apart, not by the rule for
+# a reservation that has not grown for 2 s.
+cmp_ok($returned_after, '<', 1.9, 'because it sleeps, before the 2 s without growth ran out');
 $before = guard();
 $r = finish_query(start_query($big, "SET work_mem = '1GB'", "SET glibc_malloc.memory_wait = '0'"));
 like($r->{out}, qr/^$big_rows$/m, 'the big sort completes beside the sleeping query');
@@ -381,10 +387,20 @@ fill(room() - 0.4 * $big_need);
 wait_for(sub { room() < 0.5 * $big_need }, 10);
 diag sprintf('the sidecar grew: room %.0f MB, the big sort needs %.0f MB', room() / $MB, $big_need / $MB);
 $before = guard();
-$r = finish_query(start_query("SET work_mem = '4MB'; $big", "SET glibc_malloc.memory_wait = '120s'"));
-like($r->{out}, qr/^$big_rows$/m, 'a statement whose need is above what could ever free runs (in less memory here)');
-cmp_ok($r->{secs}, '<', 30, 'at once, not after its memory_wait');
+my $s4 = $node->background_psql('postgres');
+$s4->query_safe("SET work_mem = '4MB'");
+$s4->query_safe("SET glibc_malloc.memory_wait = '120s'");
+my $pid4 = $s4->query_safe('SELECT pg_backend_pid()');
+my $t4 = time;
+my $out4 = $s4->query_safe($big);
+my $secs4 = time - $t4;
+like($out4, qr/^$big_rows$/m, 'a statement whose need is above what could ever free runs, with a grant (in less memory here)');
+cmp_ok($secs4, '<', 30, 'at once, not after its memory_wait');
 is(guard()->[8] - $before->[8], 1, 'counted in glibc_malloc_guard.wait_skips');
+# Its grant's limit ends with it: the session's limit is the guard's, or none.
+is($node->safe_psql('postgres', "SELECT max_backend_memory_limit_bytes IS NULL AND data_limit_bytes IS NOT DISTINCT FROM guard_limit_bytes FROM glibc_malloc_processes WHERE pid = $pid4"),
+	't', "after the statement, its session has no limit of its own (the kernel's soft RLIMIT_DATA is the guard's or none)");
+$s4->quit;
 
 is(oom_kills(), $kills_before, 'the kernel OOM-killed nothing');
 my $log = substr(slurp_file($node->logfile), $offset);

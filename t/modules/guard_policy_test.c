@@ -604,6 +604,7 @@ main(void)
 			{GM_RESERVED_LOCK, 0, true, "one waiting for a lock gives it back at once"},
 			{GM_RESERVED_SLEEP, 0, true, "one in pg_sleep gives it back at once"},
 			{GM_RESERVED_CLIENT_WRITE, 0, true, "one waiting for its client to take its rows gives it back at once"},
+			{GM_RESERVED_CLIENT_READ, 5000 * 1000, false, "one waiting for its client's next command is not a return (its statement is over: the reservation ends)"},
 		};
 
 		for (int i = 0; i < (int) lengthof(rt); i++)
@@ -707,53 +708,69 @@ main(void)
 
 		/*
 		 * The caller's own statement that runs now without its need gets a
-		 * grant: half of what is left once the admitted and the kept needs
-		 * are taken, at least 4 MB; nobody else's is decided by this round.
+		 * grant: what is left once the admitted statements, the kept needs
+		 * and the needs of the waiters before it are taken (0 when nothing
+		 * is); nobody else's is decided by this round.
 		 */
 		WAITER(0, 1, 500, 0, 0);
 		w[0].mine = w[0].due = true;
 		n = gm_guard_admit(200 * MB, 1000 * MB, w, 1);
-		ok(n == 0 && !w[0].admit && w[0].grant == 100 * MB,
-		   "mine, due, 500 MB in 200 MB: not admitted, a grant of 100 MB (half of what is left)");
+		ok(n == 0 && !w[0].admit && w[0].granted && w[0].grant == 200 * MB,
+		   "mine alone, due, 500 MB in 200 MB: not admitted, a grant of all 200 MB");
 		WAITER(0, 1, 50, 0, 10000);
 		WAITER(1, 2, 500, 0, 0);
 		w[1].mine = w[1].due = true;
 		n = gm_guard_admit(200 * MB, 1000 * MB, w, 2);
-		ok(n == 1 && w[0].admit && w[0].grant == 0 && w[1].grant == 75 * MB,
-		   "a waiter of 50 MB ahead is admitted; mine gets half of the 150 MB left");
+		ok(n == 1 && w[0].admit && !w[0].granted && w[1].granted && w[1].grant == 150 * MB,
+		   "a waiter of 50 MB ahead is admitted; mine gets the 150 MB left");
 		WAITER(0, 1, 300, 6000, 10000);
 		WAITER(1, 2, 500, 0, 0);
 		w[1].mine = w[1].due = true;
 		n = gm_guard_admit(400 * MB, 1000 * MB, w, 2);
-		ok(n == 1 && w[0].admit && w[1].grant == 50 * MB,
-		   "400 MB: the due head of 300 MB goes first, mine gets half of the 100 MB left");
+		ok(n == 1 && w[0].admit && w[1].grant == 100 * MB,
+		   "400 MB: the due head of 300 MB goes first, mine gets the 100 MB left");
 		WAITER(0, 1, 300, 6000, 10000);
 		WAITER(1, 2, 500, 0, 0);
 		w[1].mine = w[1].due = true;
 		n = gm_guard_admit(200 * MB, 1000 * MB, w, 2);
-		ok(n == 0 && w[0].grant == 0 && w[1].grant == 4 * MB,
-		   "a due head keeps 300 MB of 200 MB: mine runs with the 4 MB floor");
+		ok(n == 0 && !w[0].granted && w[1].granted && w[1].grant == 0,
+		   "a due head keeps 300 MB of 200 MB: mine runs with a grant of 0 (its reserve only)");
+		WAITER(0, 1, 150, 0, 10000);
+		WAITER(1, 2, 500, 0, 0);
+		w[1].mine = w[1].due = true;
+		n = gm_guard_admit(100 * MB, 1000 * MB, w, 2);
+		ok(n == 0 && !w[0].admit && w[1].grant == 0,
+		   "a young waiter of 150 MB ahead, 100 MB free: mine with memory_wait 0 does not take what the waiter waits for");
+		WAITER(0, 1, 60, 0, 10000);
+		WAITER(1, 2, 500, 0, 0);
+		WAITER(2, 3, 70, 0, 10000);
+		w[1].mine = w[1].due = true;
+		n = gm_guard_admit(100 * MB, 1000 * MB, w, 3);
+		ok(n == 1 && w[0].admit && w[1].grant == 40 * MB && !w[2].admit,
+		   "100 MB: 60 MB ahead admitted, mine gets the 40 MB left, 70 MB behind waits");
 		WAITER(0, 1, 500, 0, 0);
 		w[0].mine = w[0].due = true;
 		n = gm_guard_admit(-80 * MB, 1000 * MB, w, 1);
-		ok(n == 0 && w[0].grant == 4 * MB, "less than nothing left: the 4 MB floor");
+		ok(n == 0 && w[0].granted && w[0].grant == 0, "less than nothing left: a grant of 0");
 		WAITER(0, 1, 2000, 0, 10000);
 		w[0].mine = true;
 		n = gm_guard_admit(200 * MB, 1000 * MB, w, 1);
-		ok(n == 0 && w[0].hopeless && w[0].grant == 100 * MB,
-		   "mine, not due, but above the ceiling: a grant at once (waiting would only delay it)");
+		ok(n == 0 && w[0].hopeless && w[0].granted && w[0].grant == 200 * MB,
+		   "mine, not due, but above the ceiling: a grant of all that is left at once (waiting would only delay it)");
 		WAITER(0, 1, 500, 0, 10000);
 		w[0].mine = true;
 		n = gm_guard_admit(200 * MB, 1000 * MB, w, 1);
-		ok(n == 0 && w[0].grant == 0, "mine, not due, 500 MB in 200 MB: it waits, no grant");
+		ok(n == 0 && !w[0].granted && w[0].grant == 0, "mine, not due, 500 MB in 200 MB: it waits, no grant");
 		WAITER(0, 1, 500, 0, 0);
 		w[0].due = true;
 		n = gm_guard_admit(200 * MB, 1000 * MB, w, 1);
-		ok(n == 0 && w[0].grant == 0, "another's due statement: its own round grants it, not this one");
+		ok(n == 0 && !w[0].granted, "another's due statement: its own round grants it, not this one");
 		WAITER(0, 1, 150, 0, 0);
 		w[0].mine = w[0].due = true;
 		n = gm_guard_admit(200 * MB, 1000 * MB, w, 1);
-		ok(n == 1 && w[0].admit && w[0].grant == 0, "mine, due, and it fits: admitted with its need, no grant");
+		ok(n == 1 && w[0].admit && !w[0].granted && w[0].grant == 0, "mine, due, and it fits: admitted with its need, no grant");
+		ok(gm_guard_grant_limit(100 * MB, 30 * MB) == 134 * MB && gm_guard_grant_limit(100 * MB, 0) == 104 * MB,
+		   "a grant's limit: VmData, the grant and the 4 MB reserve");
 
 		/*
 		 * memory_wait is the session's: half of at most 30 s counts, and
