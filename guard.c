@@ -448,8 +448,10 @@ static int64 wait_for_need(int64 need);
  * admission plus its need, or a look that began after the admission was
  * noted has set it (one that read the process before left it at its idle
  * or working share, and the executor would run into that before the next
- * look; the budget may not cover the whole need).  On the latch, with the
- * wait event of a wait for memory.
+ * look; the budget may not cover the whole need).  On the latch, without
+ * a wait event, as the start's wait for the look that counts it working:
+ * part of its start, not a wait for memory (memory_wait = 0 waits for
+ * none).
  */
 static void
 wait_for_reserved_limit(int64 want, uint32 looks0)
@@ -466,7 +468,7 @@ wait_for_reserved_limit(int64 want, uint32 looks0)
 			return;
 		gm_shmem_guard_wake();
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 Min(left_ms, 5), gm_memory_wait_event());
+						 Min(left_ms, 5), 0);
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 	}
