@@ -49,7 +49,8 @@
  * locks.  A statement that runs without its need (memory_wait = 0 and it
  * does not fit, its wait ran out, its need is above anything that could
  * free) runs with a grant (guard_policy.c): a share, reserved, and its
- * own soft RLIMIT_DATA at its VmData plus the grant until it ends.
+ * own soft RLIMIT_DATA at its VmData plus the grant and its reserve while
+ * its executor runs.
  *
  *-------------------------------------------------------------------------
  */
@@ -84,7 +85,7 @@
 
 /*
  * A statement's need is its recorded mapped peak (its process's VmPeak
- * growth over a run, plus the free heap it had), when that is at least
+ * growth over a run), when that is at least
  * its executor peak, else its recorded executor peak times this: the
  * peak is the bytes in use in its memory contexts at its end; its process
  * maps more (a sort's array is copied when it grows, glibc keeps some
@@ -484,8 +485,9 @@ wait_for_reserved_limit(int64 want, uint32 looks0)
  * first statements of a burst get their need before the others grow).  A
  * statement that runs without its need (memory_wait = 0, its wait ran out,
  * a need above anything that could free) runs with a grant: a share of
- * what is left, reserved, and its own limit until it ends, so that a burst
- * cannot outgrow the room between two of the monitor's looks.  Returns the
+ * what is left, reserved, and its own limit while its executor runs, so
+ * that a burst cannot outgrow the room between two of the monitor's looks
+ * by more than its reserves.  Returns the
  * microseconds waited (0: not waited).  ERROR (55P03, not an
  * out-of-memory) when another backend waits for a lock this one holds;
  * interrupts as always.

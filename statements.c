@@ -662,7 +662,7 @@ store(const GmStmtKey *key, int64 calls, int64 plan_bytes, int64 exec_bytes,
  * queryid run now by this role in this database; -1 = none recorded; and
  * into *mapped the largest mapped peak measured (-1 = none).
  * The same lookup says whether the statement is tracked (*tracked).
-
+ *
  * A shared lock and an entry's mutex, only when asked (memory_wait on,
  * the guard acting on a limit), at most once a second for the same query
  * and role in a row: a peak found is kept that long (until this backend
