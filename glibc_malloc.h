@@ -562,6 +562,7 @@ extern const char *const gm_limit_source_names[];
 extern bool gm_read_small_file(const char *path, char *buf, size_t size);
 extern void gm_memsource_detect(const char *configured);
 extern void gm_memsource_read(GmLimits *l);
+extern int64 gm_memsource_glance(void);
 
 /* 5. monitor.c */
 extern void gm_monitor_define_gucs(void);

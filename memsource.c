@@ -486,6 +486,45 @@ read_oom_kills(GmLimits *l)
 		l->oom_group_kills = find_key(buf, "oom_group_kill");
 }
 
+/* A cgroup level's usage without its page cache (which the kernel reclaims); -1 = unreadable. */
+static int64
+level_usage(bool v1, const char *dir)
+{
+	char		path[MAXPGPATH];
+	int64		use = read_bytes(dir, v1 ? "memory.usage_in_bytes" : "memory.current");
+	int64		active;
+	int64		inactive;
+
+	if (use < 0)
+		return -1;
+	snprintf(path, sizeof(path), "%s/memory.stat", dir);
+	active = read_key(path, v1 ? "total_active_file" : "active_file");
+	inactive = read_key(path, v1 ? "total_inactive_file" : "inactive_file");
+	return Max(use - Max(active, 0) - Max(inactive, 0), 0);
+}
+
+/*
+ * A glance between two reads: the usage, as gm_memsource_read counts it,
+ * of the limit it read last (that cgroup level, or the machine); -1 =
+ * unknown.  Three small files: cheap enough for every GM_GUARD_TICK_MS.
+ */
+int64
+gm_memsource_glance(void)
+{
+	if ((source == GM_LIMIT_CGROUP_V1 || source == GM_LIMIT_CGROUP_V2) && chosen_dir[0] != '\0')
+		return level_usage(source == GM_LIMIT_CGROUP_V1, chosen_dir);
+	if (source == GM_LIMIT_SYSTEM)
+	{
+		GmLimits	l;
+
+		l.limit = -1;
+		l.usage = -1;
+		read_meminfo(&l);
+		return l.usage;
+	}
+	return -1;
+}
+
 /* Read the current limit, usage and pressure (and where the limit is). */
 void
 gm_memsource_read(GmLimits *l)
@@ -521,19 +560,13 @@ gm_memsource_read(GmLimits *l)
 		for (int i = 0; i < nlimit_dirs; i++)
 		{
 			const char *dir = limit_dirs[i];
-			int64		active;
-			int64		inactive;
 
 			lim[i] = cgroup_limit(source, dir);
-			use[i] = read_bytes(dir, v1 ? "memory.usage_in_bytes" : "memory.current");
+			use[i] = level_usage(v1, dir);
 			if (strcmp(dir, chosen_dir) == 0)
 				chosen_level = i;
 			if (use[i] < 0)
 				continue;		/* unreadable */
-			snprintf(path, sizeof(path), "%s/memory.stat", dir);
-			active = read_key(path, v1 ? "total_active_file" : "active_file");
-			inactive = read_key(path, v1 ? "total_inactive_file" : "inactive_file");
-			use[i] = Max(use[i] - Max(active, 0) - Max(inactive, 0), 0);
 			/* (a level without a limit: a configured one, or lifted since) */
 			if (best < 0 ||
 				(lim[i] >= 0 && (lim[best] < 0 || lim[i] - use[i] < lim[best] - use[best])))

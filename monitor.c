@@ -8,7 +8,8 @@
  *
  * Started when the module is preloaded.  Every GM_MONITOR_TICK_MS it reads
  * what limits the server's memory and how much of it is used (memsource.c
- * finds and reads the cgroup, or the whole machine).
+ * finds and reads the cgroup, or the whole machine); a guard that acts
+ * glances at the usage alone every GM_GUARD_TICK_MS in between.
  *
  * It acts in proportion.  Pressure starts when the usage reaches
  * glibc_malloc.monitor_fraction of the limit and ends below that fraction
@@ -162,6 +163,14 @@ typedef struct GmGuarded
 static GmGuarded *guarded = NULL;
 static GmGuardProc *cands = NULL;
 static bool guard_engaged = false;
+
+/*
+ * Between two looks of a calm guard: the limit to glance at the usage of
+ * (-1: no glance), and whether the last look was in the stretch where the
+ * guard measures (then it looks every GM_GUARD_TICK_MS).
+ */
+static int64 glance_limit = -1;
+static bool glance_measuring = false;
 static int	guard_nguarded = 0;	/* guarded processes in the last snapshots */
 static bool guard_observed = false; /* the last look was in observe */
 static uint64 guard_looks = 0;	/* measured looks, numbered */
@@ -1106,6 +1115,8 @@ monitor_tick(void)
 	if (need > 0 && ask_backends(snaps, n, need, why, first) && cap_round)
 		over_cap = true;
 	guard_tick(&l, snaps, n);
+	glance_limit = guard_active(&l) && !guard_engaged ? l.limit : -1;
+	glance_measuring = glance_limit > 0 && gm_guard_measure(l.limit, guard_usage(&l), false);
 
 	st->changecount++;
 	pg_write_barrier();
@@ -1155,6 +1166,36 @@ monitor_exit(int code, Datum arg)
 	gm_shmem_wait_publish(-1, -1, NULL, 0);
 }
 
+/*
+ * Wait for the next look, tick_ms after looked, or a wake-up (WaitLatch's
+ * result).  A calm guard glances at the usage every GM_GUARD_TICK_MS
+ * meanwhile and looks at once when it has reached the stretch where the
+ * guard measures: a burst grows hundreds of MB in GM_MONITOR_TICK_MS.
+ */
+static int
+monitor_wait(int64 looked, int tick_ms)
+{
+	for (;;)
+	{
+		long		left = tick_ms - (long) ((gm_monotonic_usec() - looked) / 1000);
+		int64		usage;
+		int			rc;
+
+		if (left <= 0)
+			return WL_TIMEOUT;
+		rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					   glance_limit > 0 ? Min(left, GM_GUARD_TICK_MS) : left, PG_WAIT_EXTENSION);
+		if (rc & WL_LATCH_SET)
+			return rc;
+		if (glance_limit <= 0)
+			continue;
+		usage = gm_memsource_glance();
+		if (usage >= 0 &&
+			gm_guard_measure(glance_limit, usage + gm_guard_reserve_shift(glance_limit, guard_nguarded), false))
+			return WL_TIMEOUT;
+	}
+}
+
 /* The background worker's entry point. */
 void
 glibc_malloc_monitor_main(Datum arg)
@@ -1195,8 +1236,7 @@ glibc_malloc_monitor_main(Datum arg)
 		monitor_tick();
 		looked = gm_monotonic_usec();
 		/* Faster while the guard's limits are set: they follow the usage. */
-		rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-					   guard_engaged ? GM_GUARD_TICK_MS : GM_MONITOR_TICK_MS, PG_WAIT_EXTENSION);
+		rc = monitor_wait(looked, guard_engaged || glance_measuring ? GM_GUARD_TICK_MS : GM_MONITOR_TICK_MS);
 
 		/*
 		 * Woken by a statement start (or a signal): look again at once, but
