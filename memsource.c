@@ -66,6 +66,9 @@ static char limit_dir[MAXPGPATH];	/* the level with the least room, last read */
 static char limit_dirs[GM_LIMIT_LEVELS][MAXPGPATH];
 static int	nlimit_dirs = 0;
 static char chosen_dir[MAXPGPATH];	/* the level read last; "" = none */
+/* What gm_memsource_glance reads: the level with the least room, and what the usage read added to its own. */
+static char glance_dir[MAXPGPATH];
+static int64 glance_offset = 0;
 #define GM_LIMIT_STICKY	5		/* % of its limit: see gm_memsource_read */
 static char psi_dir[MAXPGPATH];	/* the server's own cgroup v2, for PSI; "" = none */
 static char cgroup_seen[16384];	/* the postmaster's /proc/PID/cgroup */
@@ -134,17 +137,6 @@ find_key(const char *buf, const char *key)
 		}
 	}
 	return -1;
-}
-
-/* The value of "key N" in a memory.stat-style or meminfo-style file; -1 if absent. */
-static int64
-read_key(const char *path, const char *key)
-{
-	char		buf[8192];
-
-	if (!gm_read_small_file(path, buf, sizeof(buf)))
-		return -1;
-	return find_key(buf, key);
 }
 
 /* PSI's "some avg10=" from a pressure file, in percent; -1 if unreadable. */
@@ -491,28 +483,37 @@ static int64
 level_usage(bool v1, const char *dir)
 {
 	char		path[MAXPGPATH];
+	char		buf[8192];
 	int64		use = read_bytes(dir, v1 ? "memory.usage_in_bytes" : "memory.current");
-	int64		active;
-	int64		inactive;
+	int64		active = -1;
+	int64		inactive = -1;
 
 	if (use < 0)
 		return -1;
 	snprintf(path, sizeof(path), "%s/memory.stat", dir);
-	active = read_key(path, v1 ? "total_active_file" : "active_file");
-	inactive = read_key(path, v1 ? "total_inactive_file" : "inactive_file");
+	if (gm_read_small_file(path, buf, sizeof(buf)))
+	{
+		active = find_key(buf, v1 ? "total_active_file" : "active_file");
+		inactive = find_key(buf, v1 ? "total_inactive_file" : "inactive_file");
+	}
 	return Max(use - Max(active, 0) - Max(inactive, 0), 0);
 }
 
 /*
- * A glance between two reads: the usage, as gm_memsource_read counts it,
- * of the limit it read last (that cgroup level, or the machine); -1 =
- * unknown.  Three small files: cheap enough for every GM_GUARD_TICK_MS.
+ * A glance between two reads: the usage, as gm_memsource_read counted it,
+ * of the limit it read last (the level with the least room then, with the
+ * offset a kept level adds, or the machine); -1 = unknown.  Two small
+ * files: cheap enough for every GM_GUARD_TICK_MS.
  */
 int64
 gm_memsource_glance(void)
 {
-	if ((source == GM_LIMIT_CGROUP_V1 || source == GM_LIMIT_CGROUP_V2) && chosen_dir[0] != '\0')
-		return level_usage(source == GM_LIMIT_CGROUP_V1, chosen_dir);
+	if ((source == GM_LIMIT_CGROUP_V1 || source == GM_LIMIT_CGROUP_V2) && glance_dir[0] != '\0')
+	{
+		int64		use = level_usage(source == GM_LIMIT_CGROUP_V1, glance_dir);
+
+		return use < 0 ? -1 : use + glance_offset;
+	}
 	if (source == GM_LIMIT_SYSTEM)
 	{
 		GmLimits	l;
@@ -594,6 +595,12 @@ gm_memsource_read(GmLimits *l)
 		}
 		else
 			chosen_dir[0] = '\0';
+		glance_dir[0] = '\0';
+		if (best >= 0 && l->usage >= 0)
+		{
+			strlcpy(glance_dir, limit_dirs[best], sizeof(glance_dir));
+			glance_offset = l->usage - use[best];
+		}
 		/* The cgroup's own PSI (v1: the server's v2 one, if any); never the machine's. */
 		snprintf(path, sizeof(path), "%s/memory.pressure", v1 ? psi_dir : cgroup_dir);
 		if (!v1 || psi_dir[0] != '\0')

@@ -1166,34 +1166,45 @@ monitor_exit(int code, Datum arg)
 	gm_shmem_wait_publish(-1, -1, NULL, 0);
 }
 
+/* Milliseconds left until tick_ms after looked (elapsed time rounded up). */
+static long
+ms_left(int64 looked, int tick_ms)
+{
+	return tick_ms - (long) ((gm_monotonic_usec() - looked + 999) / 1000);
+}
+
 /*
  * Wait for the next look, tick_ms after looked, or a wake-up (WaitLatch's
  * result).  A calm guard glances at the usage every GM_GUARD_TICK_MS
- * meanwhile and looks at once when it has reached the stretch where the
- * guard measures: a burst grows hundreds of MB in GM_MONITOR_TICK_MS.
+ * meanwhile, and looks at once when the usage has reached the stretch
+ * where the guard measures (from below it) or the engage point: a burst
+ * grows hundreds of MB in GM_MONITOR_TICK_MS.
  */
 static int
 monitor_wait(int64 looked, int tick_ms)
 {
-	for (;;)
+	long		left;
+
+	while ((left = ms_left(looked, tick_ms)) > 0)
 	{
-		long		left = tick_ms - (long) ((gm_monotonic_usec() - looked) / 1000);
 		int64		usage;
 		int			rc;
 
-		if (left <= 0)
-			return WL_TIMEOUT;
 		rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 					   glance_limit > 0 ? Min(left, GM_GUARD_TICK_MS) : left, PG_WAIT_EXTENSION);
 		if (rc & WL_LATCH_SET)
 			return rc;
-		if (glance_limit <= 0)
+		if (glance_limit <= 0 || ms_left(looked, tick_ms) <= 0)
 			continue;
 		usage = gm_memsource_glance();
-		if (usage >= 0 &&
-			gm_guard_measure(glance_limit, usage + gm_guard_reserve_shift(glance_limit, guard_nguarded), false))
+		if (usage < 0)
+			continue;
+		usage += gm_guard_reserve_shift(glance_limit, guard_nguarded);
+		if (glance_measuring ? gm_guard_engaged_after(glance_limit, usage, false) :
+			gm_guard_measure(glance_limit, usage, false))
 			return WL_TIMEOUT;
 	}
+	return WL_TIMEOUT;
 }
 
 /* The background worker's entry point. */
@@ -1236,7 +1247,7 @@ glibc_malloc_monitor_main(Datum arg)
 		monitor_tick();
 		looked = gm_monotonic_usec();
 		/* Faster while the guard's limits are set: they follow the usage. */
-		rc = monitor_wait(looked, guard_engaged || glance_measuring ? GM_GUARD_TICK_MS : GM_MONITOR_TICK_MS);
+		rc = monitor_wait(looked, guard_engaged ? GM_GUARD_TICK_MS : GM_MONITOR_TICK_MS);
 
 		/*
 		 * Woken by a statement start (or a signal): look again at once, but
