@@ -55,6 +55,7 @@
 
 #include "access/parallel.h"
 #include "access/xact.h"
+#include "commands/prepare.h"
 #include "executor/executor.h"
 #include "fmgr.h"
 #include "miscadmin.h"
@@ -64,6 +65,7 @@
 #include "tcop/pquery.h"
 #include "tcop/utility.h"
 #include "utils/guc.h"
+#include "utils/portal.h"
 #include "utils/timestamp.h"
 
 #include "glibc_malloc.h"
@@ -130,6 +132,28 @@ static int64 last_statement_mono = 0;	/* the same on the monotonic clock */
  * that what runs while the executor starts is nested here.
  */
 static int	nesting = 0;
+
+/*
+ * A top-level EXECUTE with parameters evaluates them (functions, and the
+ * statements they run) before its prepared statement starts: meanwhile
+ * the nesting level is 1, and execute_source is a copy of the prepared
+ * statement's text, to know its portal when it starts (a new one, not
+ * shown in pg_cursors; a simple query's own is not shown either).
+ */
+static bool params_nested = false;
+static char *execute_source = NULL;
+static Portal execute_portal = NULL;	/* the EXECUTE's own (only compared) */
+
+/* An EXECUTE's prepared statement (its text: text) is planned or starts: back to the top level. */
+static void
+params_evaluated(const char *text)
+{
+	if (text != NULL && strcmp(text, execute_source) == 0)
+	{
+		params_nested = false;
+		nesting--;
+	}
+}
 
 /*
  * The executor of the top-level statement that asked for memory
@@ -451,6 +475,9 @@ static void
 gm_ExecutorStart(QueryDesc *queryDesc, int eflags)
 {
 	oom_counted = false;
+	/* An EXECUTE's parameters are evaluated: its prepared statement starts. */
+	if (params_nested && ActivePortal != NULL && ActivePortal != execute_portal && !ActivePortal->visible)
+		params_evaluated(ActivePortal->sourceText);
 	/* Admitted after waiting, it counts as working from the monitor's next look. */
 	if (nesting == 0)
 	{
@@ -645,6 +672,9 @@ gm_planner(Query *parse, const char *query_string, int cursorOptions,
 	MemoryContext old;
 	PlannedStmt *result;
 
+	/* An EXECUTE's parameters are evaluated: its prepared statement is planned. */
+	if (params_nested)
+		params_evaluated(query_string);
 	/* Planning is the statement's work too: it may allocate much. */
 	if (nesting == 0)
 		gm_guard_top_statement_start();
@@ -827,6 +857,19 @@ gm_ProcessUtility(GM_PU_ARGS)
 	nests = gm_statements_utility_start(pstmt, queryString, nesting, &mark);
 	if (nests)
 		nesting++;
+	else if (top && IsA(pstmt->utilityStmt, ExecuteStmt) &&
+			 ((ExecuteStmt *) pstmt->utilityStmt)->params != NIL)
+	{
+		PreparedStatement *ps = FetchPreparedStatement(((ExecuteStmt *) pstmt->utilityStmt)->name, false);
+
+		if (ps != NULL)
+		{
+			execute_source = pstrdup(ps->plansource->query_string);
+			execute_portal = ActivePortal;
+			params_nested = true;
+			nesting++;
+		}
+	}
 	PG_TRY();
 	{
 		if (prev_ProcessUtility)
@@ -838,6 +881,11 @@ gm_ProcessUtility(GM_PU_ARGS)
 	{
 		if (nests)
 			nesting--;
+		if (params_nested)
+		{
+			params_nested = false;
+			nesting--;
+		}
 		if (top)
 			gm_guard_top_statement_end();
 		caught_error();
@@ -846,6 +894,12 @@ gm_ProcessUtility(GM_PU_ARGS)
 	PG_END_TRY();
 	if (nests)
 		nesting--;
+	/* (an EXECUTE whose prepared statement never started) */
+	if (params_nested)
+	{
+		params_nested = false;
+		nesting--;
+	}
 	if (top)
 		gm_guard_top_statement_end();
 	gm_statements_utility_end(&mark);
