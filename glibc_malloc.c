@@ -129,7 +129,8 @@ static int64 last_statement_mono = 0;	/* the same on the monotonic clock */
 /*
  * Statements running in one another (functions, triggers, utility
  * statements): 0 at the top level, as pg_stat_statements counts it, except
- * that what runs while the executor starts is nested here.
+ * that what runs while the executor starts, and while EXECUTE evaluates
+ * its parameters, is nested here.
  */
 static int	nesting = 0;
 
@@ -148,7 +149,7 @@ static Portal execute_portal = NULL;	/* the EXECUTE's own (only compared) */
 static void
 params_evaluated(const char *text)
 {
-	if (text != NULL && strcmp(text, execute_source) == 0)
+	if (nesting == 1 && text != NULL && strcmp(text, execute_source) == 0)
 	{
 		params_nested = false;
 		nesting--;
@@ -837,6 +838,8 @@ gm_ProcessUtility(GM_PU_ARGS)
 {
 	GmUtilityMark mark;
 	bool		nests;
+	volatile bool params_set = false;
+	volatile bool exec_nests = false;
 	bool		top = nesting == 0;
 
 	oom_counted = false;
@@ -866,9 +869,15 @@ gm_ProcessUtility(GM_PU_ARGS)
 		{
 			execute_source = pstrdup(ps->plansource->query_string);
 			execute_portal = ActivePortal;
-			params_nested = true;
+			params_nested = params_set = true;
 			nesting++;
 		}
+	}
+	else if (params_nested && IsA(pstmt->utilityStmt, ExecuteStmt))
+	{
+		/* An EXECUTE in the parameters: its prepared statement is deeper. */
+		exec_nests = true;
+		nesting++;
 	}
 	PG_TRY();
 	{
@@ -879,9 +888,9 @@ gm_ProcessUtility(GM_PU_ARGS)
 	}
 	PG_CATCH();
 	{
-		if (nests)
+		if (nests || exec_nests)
 			nesting--;
-		if (params_nested)
+		if (params_set && params_nested)
 		{
 			params_nested = false;
 			nesting--;
@@ -892,10 +901,10 @@ gm_ProcessUtility(GM_PU_ARGS)
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
-	if (nests)
+	if (nests || exec_nests)
 		nesting--;
 	/* (an EXECUTE whose prepared statement never started) */
-	if (params_nested)
+	if (params_set && params_nested)
 	{
 		params_nested = false;
 		nesting--;

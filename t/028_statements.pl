@@ -415,15 +415,22 @@ is($node->safe_psql('postgres', q{SELECT string_agg(DISTINCT s.toplevel::text, '
 # neither waits for memory nor takes a reservation as a statement of its
 # own); the prepared statement keeps its top-level row, planned and run.
 $node->safe_psql('postgres', q{CREATE FUNCTION param_key() RETURNS int LANGUAGE plpgsql AS
-	$$ DECLARE n int; BEGIN SELECT count(*) AS param_marker INTO n FROM pg_class WHERE relname = 'pg_am'; RETURN n; END $$});
+	$$ DECLARE n int; BEGIN SET LOCAL work_mem = '4MB';
+	SELECT count(*) AS param_marker INTO n FROM pg_class WHERE relname = 'pg_am'; RETURN n; END $$});
 $node->safe_psql('postgres', 'SELECT glibc_malloc_statements_reset()');
 is($node->safe_psql('postgres', "SET pg_stat_statements.track = 'all'; SET plan_cache_mode = force_custom_plan;
 	PREPARE param_outer(int) AS SELECT count(*) >= 0 AS param_outer FROM pg_am WHERE oid > \$1;
 	EXECUTE param_outer(param_key()); EXECUTE param_outer(param_key() + 1)"), "t\nt",
 	'EXECUTE with a function in its parameters runs');
+is($node->safe_psql('postgres', "SET plan_cache_mode = force_generic_plan;
+	PREPARE param_generic(int) AS SELECT count(*) >= 0 AS param_generic FROM pg_namespace WHERE oid > \$1;
+	EXECUTE param_generic(param_key()); EXECUTE param_generic(param_key()); EXECUTE param_generic(param_key())"), "t\nt\nt",
+	'and with a generic plan (planned once, then started from the cache)');
 is($node->safe_psql('postgres', q{SELECT count(*) FROM glibc_malloc_statements s
 	JOIN pg_stat_statements p USING (userid, dbid, queryid) WHERE p.query LIKE 'SELECT count(*) AS param_marker%'}), 0,
-	'track_statements = top: the statement of the function in EXECUTE\'s parameters has no row');
+	'track_statements = top: the statement of the function in EXECUTE\'s parameters (after a SET it runs) has no row');
+$r = row_for('PREPARE param_generic(int) AS SELECT count(*) >= $2 AS param_generic FROM pg_namespace WHERE oid > $1', ' AND s.toplevel');
+is($r && $r->{calls}, 3, 'the generic prepared statement has its top-level row: 3 runs');
 $r = row_for('PREPARE param_outer(int) AS SELECT count(*) >= $2 AS param_outer FROM pg_am WHERE oid > $1', ' AND s.toplevel');
 is($r && "$r->{calls}|$r->{plans}", '2|2', 'the prepared statement has its top-level row: 2 runs, 2 plans');
 $node->safe_psql('postgres', "SET glibc_malloc.track_statements = 'all'; SET pg_stat_statements.track = 'all';
