@@ -32,9 +32,11 @@
  * backends that was a thousand prlimit calls per look).  Working processes
  * share the rest in the order their work began (since), the earliest
  * first: each in turn may map twice its last window's growth while the
- * budget lasts; what is left goes half to the earliest, a quarter to the
- * next, and so on, the latest getting the remainder (all of it when it
- * works alone).  What one class does not take goes to the other.  So in a
+ * budget lasts; what is left goes in equal shares (all of it to one that
+ * works alone; halving it, earliest first, left a statement that had just
+ * started after a dozen others less than its reserve, and a mixed
+ * workload failed with room to spare).  What one class does not take goes
+ * to the other.  So in a
  * burst of statements that do not all fit, the first ones complete and the
  * last ones get the ERROR early, before they hold much (served smallest
  * first, all would grow together and most fail near the target).
@@ -422,21 +424,26 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 		p->allow += more;
 		budget -= more;
 	}
-	/* ... then half of what is left, a quarter, ...; the latest the rest. */
-	for (int i = 0, seen = 0; i < n; i++)
+	/*
+	 * ... then what is left in equal shares (the earliest takes what does
+	 * not divide): a statement that just started, its growth unknown,
+	 * gets its share of the room, not what halving after a dozen others
+	 * would leave it.  Who grows takes twice its growth first, at the next
+	 * look.
+	 */
+	if (nworking > 0)
 	{
-		if (!procs[i].working)
-			continue;
-		if (++seen < nworking)
+		int64		share = budget / nworking;
+		int64		rest = budget - share * nworking;
+
+		for (int i = 0; i < n; i++)
 		{
-			procs[i].allow += budget / 2;
-			budget -= budget / 2;
+			if (!procs[i].working)
+				continue;
+			procs[i].allow += share + rest;
+			rest = 0;
 		}
-		else
-		{
-			procs[i].allow += budget;
-			budget = 0;
-		}
+		budget = 0;
 	}
 
 	for (int i = 0; i < n; i++)

@@ -178,7 +178,10 @@ main(void)
 	in.limit = 800 * MB;
 	in.usage = 740 * MB;
 
-	/* Several working: the earliest first, the latest gets what is left. */
+	/*
+	 * Several working, their growth unknown: equal shares of the budget,
+	 * the earliest with what does not divide.
+	 */
 	in.usage = 600 * MB;
 	procs[0] = proc(1, 50 * MB, GM_GROWTH_UNKNOWN, false, false);
 	procs[0].since = 30;
@@ -187,8 +190,31 @@ main(void)
 	procs[2] = proc(3, 200 * MB, GM_GROWTH_UNKNOWN, false, false);
 	procs[2].since = 10;
 	gm_guard_policy(&in, procs, 3, &d);
-	ok(find(procs, 3, 3)->allow == 68 * MB && find(procs, 3, 2)->allow == 34 * MB &&
-	   find(procs, 3, 1)->allow == 34 * MB, "136 MB: half to the earliest, a quarter to the next, the rest to the latest, whatever their size");
+	ok(find(procs, 3, 3)->allow == 136 * MB / 3 + 136 * MB % 3 && find(procs, 3, 2)->allow == 136 * MB / 3 &&
+	   find(procs, 3, 1)->allow == 136 * MB / 3, "136 MB: a third each, whatever their size; the earliest takes the remainder");
+
+	/*
+	 * 20 statements start at once with 553 MB of budget (a mixed workload
+	 * engaged with room to spare): each gets its share, 27 MB, where
+	 * halving left the twelfth and later less than their reserve.
+	 */
+	in.limit = 3000 * MB;
+	in.usage = 2296 * MB;
+	for (int i = 0; i < 20; i++)
+	{
+		procs[i] = proc(i + 1, 3 * MB, GM_GROWTH_UNKNOWN, false, false);
+		procs[i].started = true;
+		procs[i].since = 100 - i;
+	}
+	gm_guard_policy(&in, procs, 20, &d);
+	{
+		bool		fair = true;
+
+		for (int pid = 1; pid <= 20; pid++)
+			fair = fair && find(procs, 20, pid)->allow >= d.budget / 20 && find(procs, 20, pid)->allow < d.budget / 20 + 20;
+		ok(d.engaged && d.budget > 500 * MB && fair, "20 statements just started: each its twentieth of the budget");
+	}
+	in.limit = 800 * MB;
 
 	/*
 	 * Twice the growth, in the order the work began: 8 sorts each grew 10
