@@ -32,11 +32,12 @@
  * backends that was a thousand prlimit calls per look).  Working processes
  * share the rest in the order their work began (since), the earliest
  * first: each in turn may map twice its last window's growth while the
- * budget lasts; what is left goes in equal shares (all of it to one that
- * works alone; halving it, earliest first, left a statement that had just
- * started after a dozen others less than its reserve, and a mixed
- * workload failed with room to spare).  What one class does not take goes
- * to the other.  So in a
+ * budget lasts; what is left goes half in equal shares, half halved (half
+ * of it to the earliest, a quarter to the next, ..., the latest the
+ * remainder; all of it to one that works alone): halving all of it left a
+ * statement that had just started after a dozen others less than its
+ * reserve, and a mixed workload failed with room to spare.  What one
+ * class does not take goes to the other.  So in a
  * burst of statements that do not all fit, the first ones complete and the
  * last ones get the ERROR early, before they hold much (served smallest
  * first, all would grow together and most fail near the target).
@@ -425,24 +426,40 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 		budget -= more;
 	}
 	/*
-	 * ... then what is left in equal shares (the earliest takes what does
-	 * not divide): a statement that just started, its growth unknown,
-	 * gets its share of the room, not what halving after a dozen others
-	 * would leave it.  Who grows takes twice its growth first, at the next
-	 * look.
+	 * ... then what is left: half in equal shares, so that a statement that
+	 * just started, its growth unknown, gets a share of the room (halving
+	 * all of it left the twelfth less than its reserve); the other half
+	 * halved, earliest first, the latest the remainder (all of it when one
+	 * works alone), so that in a burst whose growth is not known yet the
+	 * first ones still have the room to complete.  The shares are rounded
+	 * down to GM_GUARD_GRAIN (a usage that moves a little changes no limit:
+	 * a thousand prlimit calls per look otherwise); the earliest takes what
+	 * the rounding leaves.
 	 */
 	if (nworking > 0)
 	{
-		int64		share = budget / nworking;
-		int64		rest = budget - share * nworking;
+		int64		share = budget / 2 / nworking;
+		int64		halves;
+		int			seen = 0;
+		int			earliest = -1;
 
+		share -= share % GM_GUARD_GRAIN;
+		halves = budget - share * nworking;
 		for (int i = 0; i < n; i++)
 		{
+			int64		half;
+
 			if (!procs[i].working)
 				continue;
-			procs[i].allow += share + rest;
-			rest = 0;
+			if (earliest < 0)
+				earliest = i;
+			half = ++seen < nworking ? halves / 2 : halves;
+			half -= half % GM_GUARD_GRAIN;
+			procs[i].allow += share + half;
+			halves -= half;
 		}
+		/* What the rounding left. */
+		procs[earliest].allow += halves;
 		budget = 0;
 	}
 

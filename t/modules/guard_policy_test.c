@@ -70,6 +70,7 @@ main(void)
 	GmGuardInput in;
 	GmGuardDecision d;
 	GmGuardProc procs[256];
+	static GmGuardProc bigprocs[1000];
 	int64		sum;
 
 	/* Levels: 800 MB: margin 64 MB (8 %), target 736, engage 576, release 536. */
@@ -179,8 +180,8 @@ main(void)
 	in.usage = 740 * MB;
 
 	/*
-	 * Several working, their growth unknown: equal shares of the budget,
-	 * the earliest with what does not divide.
+	 * Several working, their growth unknown: half of the budget in equal
+	 * shares, half halved, earliest first; all of it handed out.
 	 */
 	in.usage = 600 * MB;
 	procs[0] = proc(1, 50 * MB, GM_GROWTH_UNKNOWN, false, false);
@@ -190,13 +191,17 @@ main(void)
 	procs[2] = proc(3, 200 * MB, GM_GROWTH_UNKNOWN, false, false);
 	procs[2].since = 10;
 	gm_guard_policy(&in, procs, 3, &d);
-	ok(find(procs, 3, 3)->allow == 136 * MB / 3 + 136 * MB % 3 && find(procs, 3, 2)->allow == 136 * MB / 3 &&
-	   find(procs, 3, 1)->allow == 136 * MB / 3, "136 MB: a third each, whatever their size; the earliest takes the remainder");
+	ok(find(procs, 3, 3)->allow + find(procs, 3, 2)->allow + find(procs, 3, 1)->allow == 136 * MB &&
+	   find(procs, 3, 3)->allow > find(procs, 3, 2)->allow + 15 * MB &&
+	   find(procs, 3, 2)->allow >= 136 * MB / 6 + 136 * MB / 8 - MB &&
+	   find(procs, 3, 1)->allow >= 136 * MB / 6 + 136 * MB / 8 - MB,
+	   "136 MB, three just started: a sixth each, then half of the other half to the earliest, a quarter to the next, the rest to the latest");
 
 	/*
 	 * 20 statements start at once with 553 MB of budget (a mixed workload
-	 * engaged with room to spare): each gets its share, 27 MB, where
-	 * halving left the twelfth and later less than their reserve.
+	 * engaged with room to spare): each gets at least its share of half,
+	 * 13 MB, where halving all of it left the twelfth and later less than
+	 * their reserve.
 	 */
 	in.limit = 3000 * MB;
 	in.usage = 2296 * MB;
@@ -209,10 +214,61 @@ main(void)
 	gm_guard_policy(&in, procs, 20, &d);
 	{
 		bool		fair = true;
+		int64		total = 0;
 
 		for (int pid = 1; pid <= 20; pid++)
-			fair = fair && find(procs, 20, pid)->allow >= d.budget / 20 && find(procs, 20, pid)->allow < d.budget / 20 + 20;
-		ok(d.engaged && d.budget > 500 * MB && fair, "20 statements just started: each its twentieth of the budget");
+		{
+			fair = fair && find(procs, 20, pid)->allow >= d.budget / 40 - 256 * 1024 &&
+				find(procs, 20, pid)->allow % (256 * 1024) == 0;
+			total += find(procs, 20, pid)->allow;
+		}
+		ok(d.engaged && d.budget > 500 * MB && fair && total == d.budget,
+		   "20 statements just started: each at least a fortieth of the budget, in 256 kB steps; all of it handed out");
+	}
+
+	/*
+	 * A fast burst: 8 sorts engage the guard before their growth is known,
+	 * 106 MB of budget.  The earliest gets far more than the latest, so
+	 * that the first ones can complete rather than all failing together.
+	 */
+	in.limit = 1200 * MB;
+	in.usage = 1136 * MB - 106 * MB;
+	for (int i = 0; i < 8; i++)
+	{
+		procs[i] = proc(i + 1, 100 * MB, GM_GROWTH_UNKNOWN, false, false);
+		procs[i].started = true;
+		procs[i].since = 100 - i;	/* pid 8 began first */
+	}
+	gm_guard_policy(&in, procs, 8, &d);
+	ok(d.engaged && find(procs, 8, 8)->allow >= 4 * find(procs, 8, 1)->allow && find(procs, 8, 1)->allow > 0,
+	   "8 sorts, growth unknown: the earliest at least four times the latest's share, the latest a share");
+
+	/*
+	 * A thousand statements working, usage moving by 1 MB: their shares, in
+	 * 256 kB steps, do not move, so no limit is set again.
+	 */
+	in.limit = 10000 * MB;
+	in.usage = 8010 * MB;
+	for (int i = 0; i < 1000; i++)
+	{
+		bigprocs[i] = proc(i + 1, 10 * MB, 0, false, false);
+		bigprocs[i].started = true;
+		bigprocs[i].since = 2000 - i;
+	}
+	gm_guard_policy(&in, bigprocs, 1000, &d);
+	for (int i = 0; i < 1000; i++)
+		bigprocs[i].cur_limit = bigprocs[i].limit;
+	ok(d.engaged && d.budget > 900 * MB, "1000 working at 8010 of 10000 MB: engaged, a budget of 990 MB");
+	in.usage = 8011 * MB;
+	gm_guard_policy(&in, bigprocs, 1000, &d);
+	{
+		int			set = 0;
+
+		for (int i = 0; i < 1000; i++)
+			set += bigprocs[i].set;
+		if (set > 25)
+			printf("# %d set\n", set);
+		ok(set <= 25, "1000 working, usage up 1 MB: at most 25 limits set again (the first halves, the last)");
 	}
 	in.limit = 800 * MB;
 
