@@ -541,6 +541,8 @@ extern const char *gm_guard_hint_remedy(GmLimitSource source);
 extern void gm_guard_levels(int64 limit, GmGuardLevels *lv);
 extern int	gm_guard_admit(int64 available, int64 ceiling, GmAdmitWaiter *waiters, int n);
 extern int64 gm_guard_grant_limit(int64 base, int64 grant);
+extern int64 gm_guard_need_after(int64 need, int64 run);
+extern int64 gm_guard_mapped_need(int64 need, int64 mapped, int64 at_exec);
 extern int64 gm_guard_reserve_shift(int64 limit, int n);
 extern bool gm_guard_engaged_after(int64 limit, int64 usage, bool engaged);
 extern bool gm_guard_measure(int64 limit, int64 usage, bool engaged);

@@ -142,6 +142,10 @@
 										 * Bind), as far as the budget goes,
 										 * ... */
 #define GM_GUARD_MESSAGE_GRAIN (4 * MB)	/* ... rounded down to this */
+#define GM_NEED_DECAY		4		/* a run below a query's need moves it
+									 * 1/this of the way down */
+#define GM_NEED_MAPPED_OF	2		/* a mapped measure scales a need up to
+									 * this many times its run's size */
 #define GM_ADMIT_PASS_SHARE	50	/* a waiter may be passed for this % of
 									 * its memory_wait ... */
 #define GM_ADMIT_PASS_MAX_MS 30000	/* ... counted as at most this (the
@@ -482,6 +486,42 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 			p->set = !(p->limit - p->cur_limit < GM_GUARD_SLACK &&
 					   p->cur_limit - p->vmdata >= GM_GUARD_SLACK);
 	}
+}
+
+/*
+ * A query's need (its executor's peak) after a run that peaked at run
+ * bytes (-1: not measured): a larger run sets it at once, a smaller one
+ * moves it 1/GM_NEED_DECAY of the way down, so that the need follows what
+ * the query takes now, not the largest it ever took.
+ */
+int64
+gm_guard_need_after(int64 need, int64 run)
+{
+	if (run < 0)
+		return need;
+	if (run >= need)
+		return run;
+	return need - (need - run) / GM_NEED_DECAY;
+}
+
+/*
+ * What a query whose executor needs need bytes maps: need times the ratio
+ * of mapped to executor memory (rounded up, in thousandths) of the run
+ * that mapped most, mapped over its executor's at_exec, where that run was
+ * at least 1/GM_NEED_MAPPED_OF of the need; -1 (unknown) without one.
+ */
+int64
+gm_guard_mapped_need(int64 need, int64 mapped, int64 at_exec)
+{
+	int64		permille;
+
+	if (need <= 0 || mapped < at_exec || at_exec <= 0 ||
+		at_exec < need / GM_NEED_MAPPED_OF)
+		return -1;
+	if (need == at_exec)
+		return mapped;
+	permille = (mapped / at_exec) * 1000 + ((mapped % at_exec) * 1000 + at_exec - 1) / at_exec;
+	return Max(need, need / 1000 * permille + need % 1000 * permille / 1000);
 }
 
 /* The soft RLIMIT_DATA of a statement with grant bytes, at VmData base. */

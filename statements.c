@@ -125,6 +125,9 @@ typedef struct GmStmtCounters
 	int64		wait_usec;		/* their time waited */
 	int64		mapped_n;		/* calls whose mapped peak was measured */
 	int64		mapped_max;		/* the largest: VmPeak's growth over it */
+	int64		mapped_exec;	/* that run's executor peak */
+	int64		need;			/* the executor's peak of recent calls
+								 * (gm_guard_need_after) */
 	double		usage;
 } GmStmtCounters;
 
@@ -640,6 +643,7 @@ store(const GmStmtKey *key, int64 calls, int64 plan_bytes, int64 exec_bytes,
 		entry->c.calls += calls;
 		peak_add(&entry->c.plan, plan_bytes);
 		peak_add(&entry->c.exec, exec_bytes);
+		entry->c.need = gm_guard_need_after(entry->c.need, exec_bytes);
 		entry->c.heap_change += heap_change;
 		entry->c.mmapped_change += mmapped_change;
 		if (heap_change > 0)
@@ -650,7 +654,11 @@ store(const GmStmtKey *key, int64 calls, int64 plan_bytes, int64 exec_bytes,
 		if (mapped >= 0)
 		{
 			entry->c.mapped_n++;
-			entry->c.mapped_max = Max(entry->c.mapped_max, mapped);
+			if (mapped > entry->c.mapped_max)
+			{
+				entry->c.mapped_max = mapped;
+				entry->c.mapped_exec = exec_bytes;
+			}
 		}
 	}
 	SpinLockRelease(&entry->mutex);
@@ -658,9 +666,11 @@ store(const GmStmtKey *key, int64 calls, int64 plan_bytes, int64 exec_bytes,
 }
 
 /*
- * The largest executor peak recorded for the top-level statement of this
- * queryid run now by this role in this database; -1 = none recorded; and
- * into *mapped the largest mapped peak measured (-1 = none).
+ * The need of the top-level statement of this queryid run now by this
+ * role in this database: its executor's peak of recent calls (a larger
+ * call sets it, each smaller one moves it a quarter of the way down); -1 =
+ * none recorded; and into *mapped what it maps, by the run that mapped
+ * most (-1 = unknown: gm_guard_mapped_need).
  * The same lookup says whether the statement is tracked (*tracked).
  *
  * A shared lock and an entry's mutex, only when asked (memory_wait on,
@@ -696,9 +706,10 @@ gm_statements_recorded_peak(uint64 queryid, int64 *mapped, bool *tracked)
 	{
 		SpinLockAcquire(&entry->mutex);
 		if (entry->c.exec.n > 0)
-			peak = (int64) entry->c.exec.max;
-		if (entry->c.mapped_n > 0)
-			*mapped = entry->c.mapped_max;
+		{
+			peak = entry->c.need;
+			*mapped = gm_guard_mapped_need(peak, entry->c.mapped_max, entry->c.mapped_exec);
+		}
 		SpinLockRelease(&entry->mutex);
 	}
 	LWLockRelease(stmt_shared->lock);

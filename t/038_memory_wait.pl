@@ -16,6 +16,8 @@
 #    cancelled by pg_cancel_backend and by statement_timeout, shows its own
 #    wait event, and gives up at once, with an error, when another
 #    session's ALTER TABLE waits for a lock it holds;
+#  - a query recorded larger than the room, then run small: its need
+#    follows its runs down, and it is admitted again (not run with a grant);
 #  - 0 OOM kills, 0 restarts.
 #
 # The server runs with restart_after_crash = off, as CloudNativePG fixes
@@ -401,6 +403,31 @@ is(guard()->[8] - $before->[8], 1, 'counted in glibc_malloc_guard.wait_skips');
 is($node->safe_psql('postgres', "SELECT max_backend_memory_limit_bytes IS NULL AND data_limit_bytes IS NOT DISTINCT FROM guard_limit_bytes FROM glibc_malloc_processes WHERE pid = $pid4"),
 	't', "after the statement, its session has no limit of its own (the kernel's soft RLIMIT_DATA is the guard's or none)");
 $s4->quit;
+
+# 5. A need follows the query's recent runs, not its largest.  The big
+# sort, recorded above what the room now is, runs small (the constants
+# are normalised away: it is the same query) with memory_wait = 0: the
+# first small runs do not fit by its record and run with a grant
+# (unreserved_runs); each small run moves the need a quarter of the way
+# down, and the last ones are admitted by it.
+(my $big_small = $big) =~ s/\b$big_rows\b/1000/;
+my $s5 = $node->background_psql('postgres');
+$s5->query_safe("SET glibc_malloc.memory_wait = '0'");
+my (@unreserved, @wrong);
+for my $i (1 .. 12)
+{
+	my $b = guard();
+	push @wrong, $i unless $s5->query_safe($big_small) =~ /^1000$/m;
+	push @unreserved, guard()->[9] - $b->[9];
+}
+is("@wrong", '', 'the big sort run small completes, 12 times');
+diag sprintf('room %.0f MB; the big sort run small, 12 times: counted in unreserved_runs %s',
+	room() / $MB, join(' ', @unreserved));
+is($unreserved[0], 1, 'its first small run does not fit by the big run\'s record: it runs with a grant');
+is(join(' ', @unreserved[8 .. 11]), '0 0 0 0', 'after 8 small runs, its need followed them down: the last 4 are not run with a grant');
+is($node->safe_psql('postgres', "SELECT max(max_exec_peak_bytes) >= $big_rows * 100 FROM glibc_malloc_statements"),
+	't', 'glibc_malloc_statements still shows its largest executor peak');
+$s5->quit;
 
 is(oom_kills(), $kills_before, 'the kernel OOM-killed nothing');
 my $log = substr(slurp_file($node->logfile), $offset);

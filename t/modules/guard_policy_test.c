@@ -855,6 +855,50 @@ main(void)
 		   "a grant's limit: VmData, the grant and the 4 MB reserve");
 
 		/*
+		 * A query's need follows its recent runs: a larger run sets it, a
+		 * smaller one moves it a quarter of the way down.
+		 */
+		{
+			int64		need = -1;
+			int			k;
+
+			need = gm_guard_need_after(0, 400 * MB);
+			ok(need == 400 * MB, "a query's first run of 400 MB: its need is 400 MB");
+			ok(gm_guard_need_after(need, -1) == 400 * MB, "a run not measured leaves it");
+			ok(gm_guard_need_after(need, 500 * MB) == 500 * MB, "a larger run sets it at once");
+			ok(gm_guard_need_after(need, 0) == 300 * MB && gm_guard_need_after(need, 200 * MB) == 350 * MB,
+			   "a smaller run moves it a quarter of the way down: 400 MB and a run of 0 give 300 MB, of 200 MB 350 MB");
+			for (k = 0; need > 100 * MB; k++)
+				need = gm_guard_need_after(need, 40 * 1024);
+			ok(k == 5, "recorded at 400 MB, then run small (40 kB): below 100 MB after 5 runs");
+			for (; need >= MB; k++)
+				need = gm_guard_need_after(need, 40 * 1024);
+			ok(k == 21 && need >= 40 * 1024, "below 1 MB (the least need that waits) after 21, never below the runs");
+			need = 3;
+			ok(gm_guard_need_after(need, 0) == 3, "a need of 3 bytes and a run of 0: integer steps, it stays (no float)");
+		}
+
+		/*
+		 * What a need maps: scaled by the run that mapped most, where that
+		 * run was at least half the need.
+		 */
+		ok(gm_guard_mapped_need(400 * MB, 512 * MB, 400 * MB) == 512 * MB,
+		   "a need equal to the run that mapped most: what that run mapped");
+		ok(gm_guard_mapped_need(100 * MB, 512 * MB, 400 * MB) == 128 * MB,
+		   "decayed to a quarter: a quarter of what it mapped (1.28 times)");
+		ok(gm_guard_mapped_need(600 * MB, 512 * MB, 400 * MB) == 768 * MB,
+		   "a need 1.5 times that run: 1.5 times what it mapped");
+		ok(gm_guard_mapped_need(801 * MB, 512 * MB, 400 * MB) == -1,
+		   "a run of less than half the need says nothing of it: unknown (the guard takes 1.25 times)");
+		ok(gm_guard_mapped_need(100 * MB, -1, 0) == -1 && gm_guard_mapped_need(-1, 512 * MB, 400 * MB) == -1,
+		   "no mapped measure, or no need: unknown");
+		ok(gm_guard_mapped_need(3 * MB, 3 * MB + 1, 3 * MB) == 3 * MB + 1 &&
+		   gm_guard_mapped_need(2 * MB, 3 * MB + 1, 3 * MB) >= 2 * MB + 1,
+		   "the ratio rounds up: a byte more is never less");
+		ok(gm_guard_mapped_need((int64) 1 << 40, (int64) 3 << 39, (int64) 1 << 39) == (int64) 3 << 40,
+		   "a TB need, scaled by 3: no overflow");
+
+		/*
 		 * memory_wait is the session's: half of at most 30 s counts, and
 		 * half of an odd one is due from its ceiling, not before.  A head
 		 * of 500 MB that does not fit 200 MB, a small one of 50 MB behind.
