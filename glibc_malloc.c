@@ -138,22 +138,28 @@ static int	nesting = 0;
  * A top-level EXECUTE with parameters evaluates them (functions, and the
  * statements they run) before its prepared statement starts: meanwhile
  * the nesting level is 1, and execute_source is a copy of the prepared
- * statement's text, to know its portal when it starts (a new one, not
- * shown in pg_cursors; a simple query's own is not shown either).
+ * statement's text, to know its portal when it starts (an invisible one,
+ * other than the EXECUTE's own).
  */
 static bool params_nested = false;
 static char *execute_source = NULL;
 static Portal execute_portal = NULL;	/* the EXECUTE's own (only compared) */
+
+/* An EXECUTE's parameters are evaluated, or it failed: back to the top level. */
+static void
+params_end(void)
+{
+	params_nested = false;
+	execute_source = NULL;
+	nesting--;
+}
 
 /* An EXECUTE's prepared statement (its text: text) is planned or starts: back to the top level. */
 static void
 params_evaluated(const char *text)
 {
 	if (nesting == 1 && text != NULL && strcmp(text, execute_source) == 0)
-	{
-		params_nested = false;
-		nesting--;
-	}
+		params_end();
 }
 
 /*
@@ -831,7 +837,8 @@ gm_post_parse_analyze(GM_PPA_ARGS)
  * Utility statements (COPY, CREATE INDEX, VACUUM, SET ...) never reach
  * ExecutorStart: apply a changed max_backend_memory before them too.  Those
  * glibc_malloc_statements records (not EXECUTE, PREPARE, DEALLOCATE) count
- * as a nesting level, as in pg_stat_statements.
+ * as a nesting level, as in pg_stat_statements; a top-level EXECUTE with
+ * parameters is at level 1 while it evaluates them.
  */
 static void
 gm_ProcessUtility(GM_PU_ARGS)
@@ -891,10 +898,7 @@ gm_ProcessUtility(GM_PU_ARGS)
 		if (nests || exec_nests)
 			nesting--;
 		if (params_set && params_nested)
-		{
-			params_nested = false;
-			nesting--;
-		}
+			params_end();
 		if (top)
 			gm_guard_top_statement_end();
 		caught_error();
@@ -905,10 +909,7 @@ gm_ProcessUtility(GM_PU_ARGS)
 		nesting--;
 	/* (an EXECUTE whose prepared statement never started) */
 	if (params_set && params_nested)
-	{
-		params_nested = false;
-		nesting--;
-	}
+		params_end();
 	if (top)
 		gm_guard_top_statement_end();
 	gm_statements_utility_end(&mark);

@@ -34,9 +34,8 @@
  * first: each in turn may map twice its last window's growth while the
  * budget lasts; what is left goes half in equal shares, half halved (half
  * of it to the earliest, a quarter to the next, ..., the latest the
- * remainder; all of it to one that works alone): halving all of it left a
- * statement that had just started after a dozen others less than its
- * reserve, and a mixed workload failed with room to spare.  What one
+ * remainder; all of it to one that works alone), so that a statement that
+ * just started, its growth unknown, still gets room.  What one
  * class does not take goes to the other.  So in a
  * burst of statements that do not all fit, the first ones complete and the
  * last ones get the ERROR early, before they hold much (served smallest
@@ -153,8 +152,8 @@
 #define GM_RESERVED_STILL_USEC (2 * 1000 * 1000)	/* a reservation that
 														 * has not grown this
 														 * long goes back */
-#define GM_GUARD_GRAIN		(256 * 1024)	/* the shares of those not working
-											 * are rounded down to this */
+#define GM_GUARD_GRAIN		(256 * 1024)	/* shares are rounded down to
+											 * this */
 
 /*
  * Which limits each value of glibc_malloc.memory_guard guards.  A whole
@@ -431,8 +430,7 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 	}
 	/*
 	 * ... then what is left: half in equal shares, so that a statement that
-	 * just started, its growth unknown, gets a share of the room (halving
-	 * all of it left the twelfth less than its reserve); the other half
+	 * just started, its growth unknown, gets a share of the room; the other half
 	 * halved, earliest first, the latest the remainder (all of it when one
 	 * works alone), so that in a burst whose growth is not known yet the
 	 * first ones still have the room to complete.  The shares are rounded

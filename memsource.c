@@ -502,8 +502,8 @@ level_usage(bool v1, const char *dir)
 /*
  * A glance between two reads: the usage, as gm_memsource_read counted it,
  * of the limit it read last (the level with the least room then, with the
- * offset a kept level adds, or the machine); -1 = unknown.  Two small
- * files: cheap enough for every GM_GUARD_TICK_MS.
+ * offset a kept level adds, or the machine); -1 = unknown.  A cgroup's two
+ * small files, or /proc/meminfo: cheap enough for every GM_GUARD_TICK_MS.
  */
 int64
 gm_memsource_glance(void)

@@ -167,7 +167,7 @@ static bool guard_engaged = false;
 /*
  * Between two looks of a calm guard: the limit to glance at the usage of
  * (-1: no glance), and whether the last look was in the stretch where the
- * guard measures (then it looks every GM_GUARD_TICK_MS).
+ * guard measures (then a glance looks early only at the engage point).
  */
 static int64 glance_limit = -1;
 static bool glance_measuring = false;

@@ -5,7 +5,9 @@
 # reservation fits, two do not.  The query is run again with
 # other constants (the same queryid, so the same recorded peak) on 10
 # rows: it takes the whole need's reservation and almost no memory, so the
-# room stays where it was set.  A session A holds a reservation, its
+# room stays where it was set.  A need follows the query's recent runs
+# (each small run moves it a quarter of the way down): the query is
+# recorded again, large, after each check.  A session A holds a reservation, its
 # statement ends, and A then stays busy in a DO block that waits for an
 # advisory lock (not for its client: a backend that waits for its client
 # holds no reservation whatever ended it, and a utility statement does not
@@ -102,7 +104,9 @@ CREATE CONSTRAINT TRIGGER d_check AFTER INSERT ON d DEFERRABLE INITIALLY DEFERRE
 # mapped at most, measured once the guard acts (the monitor read the
 # cgroup's limit).
 ok(wait_for(sub { (guard_counts($node)->[2] || 0) > 0 }, 10), "the monitor read the cgroup's limit");
-$node->safe_psql('postgres', "SET work_mem = '1GB'; " . rq($rows, 0, 0));
+# The query recorded large: its need is that run's again.
+sub record { $node->safe_psql('postgres', "SET work_mem = '1GB'; " . rq($rows, 0, 0)) }
+record();
 my ($queryid, $peak, $need) = split /\|/, $node->safe_psql('postgres',
 	'SELECT queryid, max_exec_peak_bytes, max_mapped_peak_bytes FROM glibc_malloc_statements WHERE toplevel ORDER BY max_exec_peak_bytes DESC NULLS LAST LIMIT 1');
 diag sprintf('the query peaks at %.1f MB of executor memory, maps %.1f MB: its need', $peak / $MB, ($need || 0) / $MB);
@@ -169,6 +173,7 @@ sub admitted_at_once
 	is($g1->[5] - $g0->[5], 1, "$what: with a reservation of its own (admissions + 1)");
 	is(returned() - $ret0, 0, "$what: A's reservation ended with its statement (none returned by the guard)")
 	  if defined $ret0;
+	record();
 }
 
 # Session C holds advisory locks the gates and DO blocks wait for.
