@@ -1,0 +1,198 @@
+# The memory guard engaged does not fail short statements that fit.  In a
+# real cgroup v1 of 5 GB, 20 sessions run a varied script of short
+# statements (a temporary table, an INSERT ... SELECT of jsonb, CREATE
+# INDEX, ANALYZE with a statistics target of 2000, a toasted value of
+# 1.3 MB, a PL/pgSQL loop, REINDEX, a sort, VACUUM ANALYZE, a GROUP BY,
+# TRUNCATE), 5 times each:
+#
+#  - with the guard off, to measure what they need together (the peak of
+#    the cgroup's usage without its page cache, as the guard counts it);
+#  - with the guard engaged (another process of the container holds the
+#    usage in the band where it limits backends) and more headroom than
+#    that: every transaction completes, as with the guard off, 0 `out of
+#    memory`, with statements not recorded (track_statements = none) and
+#    recorded (top, memory_wait at its default);
+#  - 0 OOM kills.
+#
+# Needs a cgroup v1 memory directory writable by the test's user, named by
+# GM_TEST_CGROUP_V1.  The measurements are printed (diag), passing or not.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use GlibcMallocTest;
+use IPC::Run;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use POSIX ();
+use Time::HiRes qw(sleep usleep);
+
+my $cg = test_cgroup_v1();
+
+my $MB = 2**20;
+my $limit = 5120 * $MB;
+my $clients = 20;
+my $runs = 5;			# transactions per client
+
+my $kills_before = cgroup_v1_oom_kills($cg);
+my $node = new_node('mixed', "restart_after_crash = off\nshared_buffers = 64MB\nmax_connections = 40\n", no_start => 1);
+$node->start;
+enter_cgroup_v1($node, $cg, $limit);
+$node->safe_psql('postgres', 'CREATE EXTENSION glibc_malloc');
+ok(wait_for(sub { (guard_counts($node)->[2] || 0) > 0 }, 10), "the monitor read the cgroup's limit");
+
+my $script = PostgreSQL::Test::Utils::tempdir() . '/mixed.sql';
+write_file($script, <<'SQL');
+SET client_min_messages = warning;
+CREATE TEMP TABLE IF NOT EXISTS m (id int, j jsonb, t text);
+INSERT INTO m SELECT g, jsonb_build_object('a', g, 'b', md5(g::text), 'c', repeat('x', 50)), md5(g::text) FROM generate_series(1, 20000) g;
+CREATE INDEX IF NOT EXISTS m_t ON m (t);
+ALTER TABLE m ALTER COLUMN t SET STATISTICS 2000;
+ANALYZE m;
+INSERT INTO m SELECT 0, (SELECT jsonb_agg(md5(g::text)) FROM generate_series(1, 35000) g), 'big';
+DO $$ DECLARE s text := ''; BEGIN FOR i IN 1..2000 LOOP s := s || md5(i::text); END LOOP; PERFORM length(s); END $$;
+REINDEX TABLE m;
+SELECT count(*) FROM (SELECT t FROM m ORDER BY t) s;
+VACUUM ANALYZE m;
+SELECT count(*) FROM (SELECT t, count(*) FROM m GROUP BY t) s;
+TRUNCATE m;
+SQL
+
+# The cgroup's usage without its page cache, as the guard counts it.
+sub usage
+{
+	my $use = slurp_file("$cg/memory.usage_in_bytes");
+	my $stat = slurp_file("$cg/memory.stat");
+	my ($active) = $stat =~ /^total_active_file (\d+)/m;
+	my ($inactive) = $stat =~ /^total_inactive_file (\d+)/m;
+	return $use - ($active // 0) - ($inactive // 0);
+}
+
+# A process that samples usage() every 10 ms into a file, until killed.
+sub start_sampler
+{
+	my ($file) = @_;
+	my $pid = fork // die "fork: $!";
+	if ($pid == 0)
+	{
+		my $max = 0;
+		while (getppid() > 1)
+		{
+			my $u = usage();
+			if ($u > $max)
+			{
+				$max = $u;
+				write_file("$file.new", $max);
+				rename "$file.new", $file;
+			}
+			usleep(10_000);
+		}
+		POSIX::_exit(0);
+	}
+	return $pid;
+}
+
+# The soft RLIMIT_DATA of process $pid in bytes, as the kernel has it (-1: unlimited).
+sub data_limit
+{
+	my ($pid) = @_;
+	my $l = eval { slurp_file("/proc/$pid/limits") } // '';
+	my ($soft) = $l =~ /^Max data size\s+(\S+)/m;
+	return !defined $soft || $soft eq 'unlimited' ? -1 : $soft;
+}
+
+# Run the script: returns (pgbench's exit code, transactions processed, its
+# stderr, the number of its backends seen with a soft RLIMIT_DATA in
+# /proc/PID/limits while it ran).
+sub mixed
+{
+	my ($out, $err) = ('', '');
+	my $h = IPC::Run::start([ 'pgbench', '-n', '-c', $clients, '-j', 4, '-t', $runs, '-f', $script, $node->connstr('postgres') ],
+		'<', \undef, '>', \$out, '2>', \$err);
+	my %limited;
+	while ($h->pumpable)
+	{
+		my $pids = $node->safe_psql('postgres', "SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()");
+		for my $pid (split /\n/, $pids)
+		{
+			$limited{$pid} = 1 if data_limit($pid) >= 0;
+		}
+		sleep 0.2;
+		$h->pump_nb;
+	}
+	$h->finish;
+	my $rc = $h->result(0);
+	my ($done) = $out =~ /number of transactions actually processed: (\d+)/;
+	return ($rc, $done // 0, $err, scalar keys %limited);
+}
+
+sub counts
+{
+	return [ split /\|/, $node->safe_psql('postgres',
+		'SELECT (SELECT oom_errors FROM glibc_malloc_counters), guard_errors, engaged, usage_bytes, target_bytes FROM glibc_malloc_guard') ];
+}
+
+sub set_conf
+{
+	$node->safe_psql('postgres', "ALTER SYSTEM SET $_") for @_;
+	$node->reload;
+	sleep 0.5;
+}
+
+# 1. The guard off: what the script needs, 20 sessions together.
+set_conf("glibc_malloc.memory_guard = 'off'");
+my $peak_file = PostgreSQL::Test::Utils::tempdir() . '/peak';
+my $usage0 = usage();
+my $sampler = start_sampler($peak_file);
+my ($rc, $done, $err, $nlimited) = mixed();
+kill 'KILL', $sampler;
+waitpid($sampler, 0);
+my $need = slurp_file($peak_file) - $usage0;
+diag sprintf('guard off: %d of %d transactions, the usage without page cache rose %.0f MB at its peak', $done, $clients * $runs, $need / $MB);
+is($rc, 0, 'guard off: pgbench succeeds') or diag $err;
+is($done, $clients * $runs, 'guard off: every transaction completes');
+my $c0 = counts();
+is($c0->[0], 0, 'guard off: no out of memory');
+
+# 2. A sidecar holds the usage in the band where the guard is engaged,
+# with 1.25 times that need (and 64 MB) as headroom up to its target.
+set_conf("glibc_malloc.memory_guard = 'cgroup'");
+ok(wait_for(sub { (counts()->[4] || 0) > 0 }, 10), 'the guard acts on the limit');
+my $target = counts()->[4];
+my $headroom = int(1.25 * $need + 64 * $MB);
+my @fillers;
+# In pieces of at most 1 GB: a 32-bit process maps less than 4 GB.
+my $fill = $target - $headroom - usage();
+while ($fill > 0)
+{
+	my $piece = $fill > 1024 * $MB ? 1024 * $MB : $fill;
+	push @fillers, start_filler($cg, $piece);
+	$fill -= $piece;
+}
+ok(wait_for(sub { counts()->[2] eq 't' }, 10), 'the guard is engaged');
+my $g = counts();
+diag sprintf('engaged: usage %.0f MB, target %.0f MB, headroom %.0f MB (the script needs %.0f MB)',
+	$g->[3] / $MB, $g->[4] / $MB, ($g->[4] - $g->[3]) / $MB, $need / $MB);
+cmp_ok($g->[4] - $g->[3], '>', $need, 'the headroom is more than the script needs');
+
+for my $track ('none', 'top')
+{
+	set_conf("glibc_malloc.track_statements = '$track'");
+	my $before = counts();
+	($rc, $done, $err, $nlimited) = mixed();
+	my $after = counts();
+	my $oom = $after->[0] - $before->[0];
+	diag sprintf('guard engaged, track_statements = %s: %d of %d transactions, %d out of memory, %d backends seen limited, engaged at the end: %s, headroom %.0f MB',
+		$track, $done, $clients * $runs, $oom, $nlimited, $after->[2], ($after->[4] - $after->[3]) / $MB);
+	cmp_ok($nlimited, '>=', $clients / 2, "engaged, track_statements = $track: the kernel holds a soft RLIMIT_DATA for its backends (/proc/PID/limits)");
+	is($rc, 0, "engaged, track_statements = $track: pgbench succeeds") or diag $err;
+	is($done, $clients * $runs, "engaged, track_statements = $track: every transaction completes, as with the guard off");
+	is($oom, 0, "engaged, track_statements = $track: 0 out of memory");
+	is($after->[1] - $before->[1], 0, "engaged, track_statements = $track: 0 guard_errors");
+	is($after->[2], 't', "engaged, track_statements = $track: the guard was still engaged at the end");
+}
+
+is(cgroup_v1_oom_kills($cg), $kills_before, 'the kernel OOM-killed nothing');
+$_->kill_kill for @fillers;
+$node->stop('fast');
+done_testing();
