@@ -498,7 +498,7 @@ gm_guard_wait_for_memory(int64 exec_peak, int64 mapped_peak)
 	gm_guard_wait_end();
 	if (Max(exec_peak, mapped_peak) < GM_WAIT_MIN_NEED)
 		return 0;
-	/* A mapped peak below the executor's was not a clean measure. */
+	/* Without what it maps (-1: gm_guard_mapped_need), 1.25 times its executor need. */
 	return wait_for_need(mapped_peak >= exec_peak ? mapped_peak :
 						 (int64) (exec_peak * GM_WAIT_NEED_FACTOR));
 }

@@ -634,6 +634,9 @@ store(const GmStmtKey *key, int64 calls, int64 plan_bytes, int64 exec_bytes,
 	entry->c.usage += oom * USAGE_EXEC;
 	entry->c.oom_errors += oom;
 	entry->c.limit_oom_errors += limit_oom;
+	/* A run that failed for memory: the need is the largest run again. */
+	if (oom > 0 && entry->c.exec.n > 0)
+		entry->c.need = Max(entry->c.need, (int64) entry->c.exec.max);
 	if (calls > 0)
 	{
 		/* A sticky entry's first call: it starts over, as a new one. */
@@ -643,6 +646,7 @@ store(const GmStmtKey *key, int64 calls, int64 plan_bytes, int64 exec_bytes,
 		entry->c.calls += calls;
 		peak_add(&entry->c.plan, plan_bytes);
 		peak_add(&entry->c.exec, exec_bytes);
+		/* Pure arithmetic (guard_policy.c): nothing that can fail here. */
 		entry->c.need = gm_guard_need_after(entry->c.need, exec_bytes);
 		entry->c.heap_change += heap_change;
 		entry->c.mmapped_change += mmapped_change;
@@ -704,13 +708,17 @@ gm_statements_recorded_peak(uint64 queryid, int64 *mapped, bool *tracked)
 	entry = entry_find(&key, key_hash(&key));
 	if (entry != NULL)
 	{
+		int64		mapped_max;
+		int64		mapped_exec;
+
 		SpinLockAcquire(&entry->mutex);
 		if (entry->c.exec.n > 0)
-		{
 			peak = entry->c.need;
-			*mapped = gm_guard_mapped_need(peak, entry->c.mapped_max, entry->c.mapped_exec);
-		}
+		mapped_max = entry->c.mapped_max;
+		mapped_exec = entry->c.mapped_exec;
 		SpinLockRelease(&entry->mutex);
+		if (peak >= 0)
+			*mapped = gm_guard_mapped_need(peak, mapped_max, mapped_exec);
 	}
 	LWLockRelease(stmt_shared->lock);
 	if (peak > 0)

@@ -411,20 +411,32 @@ $s4->quit;
 # (unreserved_runs); each small run moves the need a quarter of the way
 # down, and the last ones are admitted by it.
 (my $big_small = $big) =~ s/\b$big_rows\b/1000/;
-my $s5 = $node->background_psql('postgres');
+my $s5 = $node->background_psql('postgres', on_error_stop => 0);
 $s5->query_safe("SET glibc_malloc.memory_wait = '0'");
-my (@unreserved, @wrong);
+my (@unreserved, @admitted, @wrong);
 for my $i (1 .. 12)
 {
 	my $b = guard();
 	push @wrong, $i unless $s5->query_safe($big_small) =~ /^1000$/m;
 	push @unreserved, guard()->[9] - $b->[9];
+	push @admitted, guard()->[5] - $b->[5];
 }
 is("@wrong", '', 'the big sort run small completes, 12 times');
-diag sprintf('room %.0f MB; the big sort run small, 12 times: counted in unreserved_runs %s',
-	room() / $MB, join(' ', @unreserved));
+diag sprintf('room %.0f MB; the big sort run small, 12 times: counted in unreserved_runs %s, in admissions %s',
+	room() / $MB, join(' ', @unreserved), join(' ', @admitted));
 is($unreserved[0], 1, 'its first small run does not fit by the big run\'s record: it runs with a grant');
 is(join(' ', @unreserved[8 .. 11]), '0 0 0 0', 'after 8 small runs, its need followed them down: the last 4 are not run with a grant');
+is(join(' ', @admitted[8 .. 11]), '1 1 1 1', 'they are admitted by it, each with a reservation (admissions)');
+# A run that fails for memory makes the largest run the need again: the
+# big sort under a 30 MB cap, then the small run does not fit by it.
+$s5->query("SET glibc_malloc.max_backend_memory = '30MB'; SET work_mem = '1GB'; $big");
+like($s5->{stderr}, qr/out of memory/, 'the big sort under a 30 MB cap fails for memory');
+$s5->{stderr} = '';
+$s5->query_safe('RESET glibc_malloc.max_backend_memory');
+$s5->query_safe('RESET work_mem');
+my $b5 = guard();
+$s5->query_safe($big_small);
+is(guard()->[9] - $b5->[9], 1, 'after that failure the small run does not fit by the need again: it runs with a grant');
 is($node->safe_psql('postgres', "SELECT max(max_exec_peak_bytes) >= $big_rows * 100 FROM glibc_malloc_statements"),
 	't', 'glibc_malloc_statements still shows its largest executor peak');
 $s5->quit;
