@@ -520,7 +520,7 @@ typedef struct GmAdmitWaiter
 {
 	int			id;				/* the caller's, carried through */
 	uint64		arrival;		/* the order it came in */
-	int64		need;			/* bytes: its query's recorded peak */
+	int64		need;			/* bytes: its query's need (recent runs) */
 	int64		waited_ms;		/* how long it has waited */
 	int64		patience_ms;	/* its memory_wait */
 	bool		mine;			/* the calling process's own statement ... */

@@ -84,9 +84,9 @@
 #define GM_WAIT_LOCK_CHECK_USEC	(1000 * 1000)
 
 /*
- * A statement's need is its recorded mapped peak (its process's VmPeak
- * growth over a run), when that is at least
- * its executor peak, else its recorded executor peak times this: the
+ * A statement's need is its query's executor peak of recent runs, scaled
+ * by what the run that mapped most mapped (its process's VmPeak growth:
+ * gm_guard_mapped_need), else times this: the
  * peak is the bytes in use in its memory contexts at its end; its process
  * maps more (a sort's array is copied when it grows, glibc keeps some
  * free).  Measured, VmPeak's growth over the recorded peak of md5 sorts of
@@ -95,7 +95,7 @@
  */
 #define GM_WAIT_NEED_FACTOR		1.25
 
-/* A query whose recorded peak is smaller does not wait (the reserve covers it). */
+/* A query whose need is smaller does not wait (the reserve covers it). */
 #define GM_WAIT_MIN_NEED		((int64) 1024 * 1024)
 
 /*
@@ -476,8 +476,8 @@ wait_for_reserved_limit(int64 want, uint32 looks0)
 }
 
 /*
- * Before a top-level statement expected to take its need (its recorded
- * mapped peak, else its executor peak times GM_WAIT_NEED_FACTOR), once
+ * Before a top-level statement expected to take its need (what it maps,
+ * else its executor need times GM_WAIT_NEED_FACTOR), once
  * gm_guard_may_wait said yes: queue it, and wait
  * until it is admitted (it then holds its need reserved until
  * gm_guard_wait_end), memory_wait runs out, or the guard lets go.  With
