@@ -405,12 +405,15 @@ count_oom(void)
 		gm_shmem_count_oom_error();
 }
 
-/* In a hook's PG_CATCH: count the error if it is an "out of memory". */
+/* In a hook's PG_CATCH: count the error if it is an "out of memory", and give it its HINT. */
 static void
 caught_error(void)
 {
 	if (geterrcode() == ERRCODE_OUT_OF_MEMORY)
+	{
 		count_oom();
+		gm_guard_caught_oom_hint();
+	}
 }
 
 /*

@@ -590,6 +590,7 @@ typedef enum GmOomKind
 } GmOomKind;
 extern GmOomKind gm_guard_count_oom(void);
 extern void gm_guard_error_hint(ErrorData *edata);
+extern void gm_guard_caught_oom_hint(void);
 
 /* 5. statements.c */
 /* A statement's key, as pg_stat_statements has it; padding zeroed. */

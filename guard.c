@@ -437,6 +437,10 @@ admission_round(int64 now, bool due, bool *hopeless)
 	}
 	*hopeless = gm_shmem_wait_hopeless();
 	gm_shmem_wait_unlock();
+	/* The admission's inputs, for who debugs it (DEBUG2), out of the lock. */
+	if (r == GM_ROUND_ADMITTED || r == GM_ROUND_GRANTED)
+		elog(DEBUG2, "glibc_malloc memory wait: %s: room " INT64_FORMAT " outstanding " INT64_FORMAT " ceiling " INT64_FORMAT " waiters %d",
+			 r == GM_ROUND_ADMITTED ? "admitted" : "granted", room, outstanding, ceiling, n);
 	return r;
 }
 
@@ -699,6 +703,19 @@ limit_kind(bool *by_guard, int64 *soft)
 }
 
 /*
+ * What gm_guard_count_oom found of the "out of memory" it counted last, for
+ * its HINT: a hook's PG_CATCH counts it with a grant's limit in force, and
+ * lifts that limit before emit_log_hook reports the error.
+ */
+static struct
+{
+	bool		valid;			/* one of ours, not reported yet */
+	bool		by_guard;		/* the guard's, not the cap's */
+	bool		grant;			/* under the statement's grant */
+	int64		soft;			/* the soft limit in force */
+} oom_note;
+
+/*
  * An "out of memory" error (SQLSTATE 53200) where it is caught or first
  * reported, once per error: say whether it is under the module's limits,
  * and count it in glibc_malloc_guard if so.  A parallel worker's tells its
@@ -712,10 +729,15 @@ gm_guard_count_oom(void)
 	bool		by_guard;
 	int64		soft;
 
+	oom_note.valid = false;
 	if (gm_shmem_take_worker_limit_oom())
 		return GM_OOM_LIMIT;
 	if (!limit_kind(&by_guard, &soft))
 		return GM_OOM_OTHER;
+	oom_note.valid = true;
+	oom_note.by_guard = by_guard;
+	oom_note.grant = by_guard && grant_limit != GM_NO_LIMIT && soft == grant_limit;
+	oom_note.soft = soft;
 	gm_shmem_count_oom(by_guard);
 	if (IsParallelWorker())
 		gm_shmem_tell_leader_limit_oom();
@@ -723,47 +745,94 @@ gm_guard_count_oom(void)
 }
 
 /*
- * emit_log_hook's part: PostgreSQL's own "out of memory" (a failed
- * malloc) in a process under the module's limits gets a HINT naming the
- * limit and how to change it.  A parallel worker's, raised again in the
- * leader, has no message_id and already has the worker's HINT.  Allocates
- * only with MCXT_ALLOC_NO_OOM in ErrorContext, which keeps a block for
- * this.
+ * The HINT of an "out of memory" under the module's limits into buf: of
+ * the kind gm_guard_count_oom noted when it counted it, else as the limits
+ * are now; false if it is not one of ours.  The note is used up.
+ * Allocates nothing.
  */
-void
-gm_guard_error_hint(ErrorData *edata)
+static bool
+oom_hint_text(char *buf, size_t size)
 {
 	int64		soft;
 	int64		vm;
 	bool		by_guard;
+	bool		grant;
 	char		lim[32];
 	char		used[32];
 	char		extra[32];
-	char		buf[512];
-	char	   *hint;
+	bool		noted = oom_note.valid;
 
-	if (edata->elevel < ERROR || edata->sqlerrcode != ERRCODE_OUT_OF_MEMORY ||
-		edata->message_id == NULL || strcmp(edata->message_id, "out of memory") != 0 ||
-		edata->hint != NULL || !limit_kind(&by_guard, &soft))
-		return;
+	oom_note.valid = false;
+	if (noted)
+	{
+		by_guard = oom_note.by_guard;
+		grant = oom_note.grant;
+		soft = oom_note.soft;
+	}
+	else if (limit_kind(&by_guard, &soft))
+		grant = by_guard && grant_limit != GM_NO_LIMIT && soft == grant_limit;
+	else
+		return false;
 	vm = gm_proc_status_bytes(0, "VmData:");
 	fmt_size(used, sizeof(used), Max(vm, 0));
-	if (by_guard && grant_limit != GM_NO_LIMIT && soft == grant_limit)
-		snprintf(buf, sizeof(buf),
+	if (grant)
+		snprintf(buf, size,
 				 "The statement's recorded memory need did not fit the room left below the server's memory limit when it started, and it ran with what was left (%s mapped): glibc_malloc.memory_guard keeps the kernel's OOM killer from restarting the server. Set glibc_malloc.memory_wait so that it waits for room, or retry when fewer large queries run.",
 				 used);
 	else if (by_guard)
-		snprintf(buf, sizeof(buf),
+		snprintf(buf, size,
 				 "The server is close to its memory limit: glibc_malloc.memory_guard limited this backend's private memory (%s mapped) so that the kernel's OOM killer does not restart the server. Retry when fewer large queries run, lower work_mem, or %s.",
 				 used, gm_guard_hint_remedy(gm_shmem_monitor_source()));
 	else
 	{
 		fmt_size(lim, sizeof(lim), soft);
 		fmt_size(extra, sizeof(extra), cur_cap >= 0 ? cur_cap : soft - Max(base_vmdata, 0));
-		snprintf(buf, sizeof(buf),
+		snprintf(buf, size,
 				 "glibc_malloc.max_backend_memory allows this backend %s of private memory beyond what it had when the limit was applied (%s in all, %s mapped). Raise the setting, or lower work_mem.",
 				 extra, lim, used);
 	}
+	return true;
+}
+
+/*
+ * A hook's PG_CATCH, the "out of memory" just counted (gm_guard_count_oom)
+ * under the module's limits: its HINT goes on the error now, whether or
+ * not the server log shows it later (emit_log_hook runs only for what
+ * log_min_messages lets through).  errhint on the error being handled, in
+ * ErrorContext, which keeps a block for this.
+ */
+void
+gm_guard_caught_oom_hint(void)
+{
+	char		buf[512];
+
+	if (oom_note.valid && oom_hint_text(buf, sizeof(buf)))
+		errhint("%s", buf);
+}
+
+/*
+ * emit_log_hook's part: PostgreSQL's own "out of memory" (a failed
+ * malloc) in a process under the module's limits, not caught by the
+ * hooks, gets a HINT naming the limit and how to change it.  A parallel
+ * worker's, raised again in the leader, has no message_id and already has
+ * the worker's HINT.  Allocates only with MCXT_ALLOC_NO_OOM in
+ * ErrorContext, which keeps a block for this.
+ */
+void
+gm_guard_error_hint(ErrorData *edata)
+{
+	char		buf[512];
+	char	   *hint;
+
+	if (edata->elevel < ERROR || edata->sqlerrcode != ERRCODE_OUT_OF_MEMORY ||
+		edata->message_id == NULL || strcmp(edata->message_id, "out of memory") != 0 ||
+		edata->hint != NULL)
+	{
+		oom_note.valid = false;
+		return;
+	}
+	if (!oom_hint_text(buf, sizeof(buf)))
+		return;
 	hint = MemoryContextAllocExtended(ErrorContext, strlen(buf) + 1, MCXT_ALLOC_NO_OOM);
 	if (hint != NULL)
 	{

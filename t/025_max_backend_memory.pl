@@ -62,6 +62,15 @@ $errors_expected++;
 is($s->query_safe($small), 20000, 'the session runs its next query');
 cmp_ok((data_limit($pid))[0], '==', $soft, 'under the same limit');
 
+# The client gets the HINT also when the server log does not show the
+# error (log_min_messages above error: emit_log_hook does not run).
+$s->query_safe('SET log_min_messages = fatal');
+$err = run_err($s, $big);
+like($err, qr/ERROR:  out of memory.*\nHINT:  glibc_malloc\.max_backend_memory allows this backend 64 MB of private memory beyond/s,
+	'with log_min_messages = fatal the client still gets our HINT');
+$errors_expected++;
+$s->query_safe('RESET log_min_messages');
+
 # Bad values are refused with a clear error and change nothing.
 $err = run_err($s, "SET glibc_malloc.max_backend_memory = '512kB'");
 like($err, qr/must be -1 \(no cap\) or at least 1MB/, 'a cap below 1MB is refused, and says why');

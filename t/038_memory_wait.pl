@@ -129,6 +129,7 @@ my $watch = $node->background_psql('postgres');
 # seconds each sort waited: seen with the wait event type Extension in
 # pg_stat_activity, from the first sighting to the last, polled about every
 # 50 ms).
+my $unhinted = 0;
 sub burst
 {
 	my ($wait) = @_;
@@ -170,7 +171,14 @@ sub burst
 	{
 		push @secs, $r->{secs};
 		if ($r->{out} =~ /^$rows$/m) { $completed++ }
-		elsif ($r->{err} =~ /out of memory/) { $oom++ }
+		elsif ($r->{err} =~ /out of memory/)
+		{
+			$oom++;
+			# Every failure under the guard says why: the grant's HINT, or
+			# the guard's limit's.
+			$unhinted++, diag "out of memory without the guard's HINT: $r->{err}"
+			  unless $r->{err} =~ /\nHINT:  (The statement's recorded memory need did not fit the room left below the server's memory limit when it started|The server is close to its memory limit: glibc_malloc\.memory_guard limited)/;
+		}
 		else { $other++; diag "other result: $r->{out} $r->{err}" }
 	}
 	my @waited = sort { $a <=> $b } ((map { $last{$_} - $first{$_} } keys %first), (0) x ($K - keys %first));
@@ -222,6 +230,7 @@ my $after0 = guard();
 # look: what fits completes in every burst.
 is(scalar(grep { $_ < $fit } @$per), 0, "memory_wait = 0: the $fit sorts that fit complete in each of $bursts bursts");
 is($x0, 0, 'the others get "out of memory", no other error');
+is($unhinted, 0, "each of the $o0 with the guard's HINT (a grant's limit is the guard's, also lifted before the error is reported)");
 is($s0, 0, 'a small query in the middle of each burst runs');
 is($after0->[3] - $before0->[3], 0, 'nobody waited (glibc_malloc_guard.waits)');
 is($seen0, 0, 'and nobody was seen waiting in pg_stat_activity');
@@ -437,6 +446,17 @@ $s5->query_safe('RESET work_mem');
 my $b5 = guard();
 $s5->query_safe($big_small);
 is(guard()->[9] - $b5->[9], 1, 'after that failure the small run does not fit by the need again: it runs with a grant');
+# The big sort itself now, with memory_wait = 0: it does not fit, runs
+# with a grant (a share of the room, less than it needs), and fails; its
+# HINT is the guard's, though the grant's limit is lifted when the
+# executor fails, before the error is reported.
+$b5 = guard();
+$s5->query("SET work_mem = '1GB'; $big");
+like($s5->{stderr}, qr/ERROR:  out of memory\n.*\nHINT:  (The statement's recorded memory need did not fit the room left below the server's memory limit when it started, and it ran with what was left|The server is close to its memory limit: glibc_malloc\.memory_guard limited this backend's private memory) \([^)]+ mapped\)/,
+	'the big sort with memory_wait = 0 fails under its grant (or the guard\'s lower limit), with the guard\'s HINT');
+is(guard()->[9] - $b5->[9], 1, 'it ran with a grant (unreserved_runs)');
+$s5->{stderr} = '';
+$s5->query_safe('RESET work_mem');
 is($node->safe_psql('postgres', "SELECT max(max_exec_peak_bytes) >= $big_rows * 100 FROM glibc_malloc_statements"),
 	't', 'glibc_malloc_statements still shows its largest executor peak');
 $s5->quit;
