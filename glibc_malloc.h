@@ -17,10 +17,11 @@
  *						transaction end should do
  *	3. idle.c			the idle point: a timer and the safe-point check; runs
  *						the callback it is given
+ *	   guard_policy.c	the memory guard's decisions, a pure function of a
+ *						snapshot (no I/O, calls nothing of the module), for
+ *						shmem.c's admission and the layers above
  *	4. shmem.c			every process's snapshot in shared memory, the views,
  *						remote trim, and glibc_malloc.stats_interval
- *	   guard_policy.c	the memory guard's decisions, a pure function of a
- *						snapshot (no I/O, calls nothing of the module)
  *	5. stats.c			SQL functions about the calling backend
  *	   doctor.c			what every backend's memory is and what would free it
  *						(glibc_malloc_doctor), and the statement log
@@ -420,7 +421,7 @@ extern bool gm_shmem_slot_holds(int slotno, int pid);
 extern bool gm_shmem_waits_for_memory(int slotno, int pid);
 extern int64 gm_shmem_wait_reserved(int slotno, int pid, int64 vmdata);
 
-/* 4. guard_policy.c */
+/* 3. guard_policy.c */
 /* glibc_malloc.memory_guard's values. */
 typedef enum GmGuardMode
 {
@@ -543,6 +544,7 @@ extern int	gm_guard_admit(int64 available, int64 ceiling, GmAdmitWaiter *waiters
 extern int64 gm_guard_grant_limit(int64 base, int64 grant);
 extern int64 gm_guard_need_after(int64 need, int64 run);
 extern int64 gm_guard_mapped_need(int64 need, int64 mapped, int64 at_exec);
+extern int64 gm_guard_outstanding(int64 need, int64 grown, int64 gap, bool returned);
 extern int64 gm_guard_reserve_shift(int64 limit, int n);
 extern bool gm_guard_engaged_after(int64 limit, int64 usage, bool engaged);
 extern bool gm_guard_measure(int64 limit, int64 usage, bool engaged);

@@ -522,6 +522,22 @@ gm_guard_mapped_need(int64 need, int64 mapped, int64 at_exec)
 	return Max(need, need / 1000 * permille + need % 1000 * permille / 1000);
 }
 
+/*
+ * What a statement with a reservation still adds to the usage, as of a
+ * look: what it has not mapped of its need (none once its reservation went
+ * back: returned), and what it mapped and has not touched (gap: VmData less
+ * RssAnon), which it touches without asking anyone; so a statement past
+ * its need still holds its gap, and the admission does not count as free
+ * what a sort's doubling arrays will fill.  Unknown readings (-1) count 0.
+ */
+int64
+gm_guard_outstanding(int64 need, int64 grown, int64 gap, bool returned)
+{
+	int64		rest = returned ? 0 : Max(need - Max(grown, 0), 0);
+
+	return rest + Max(gap, 0);
+}
+
 /* The soft RLIMIT_DATA of a statement with grant bytes, at VmData base. */
 int64
 gm_guard_grant_limit(int64 base, int64 grant)

@@ -89,7 +89,10 @@ typedef struct GmWaitSlot
 	int64		look_vmdata;	/* ADMITTED: VmData at the monitor's last look
 								 * since, the look wait_room is of; -1 = none */
 	int64		look_gap;		/* and VmData less RssAnon then: mapped, not
-								 * touched yet */
+								 * touched yet, beyond base_gap */
+	int64		base_gap;		/* VmData less RssAnon with base_vmdata: what
+								 * the process had mapped and not touched
+								 * before its statement; 0 = unknown */
 	int64		grew_at;		/* ADMITTED: gm_monotonic_usec() of its base,
 								 * or of the last look that saw it grow */
 	bool		hopeless;		/* its need is above what the
@@ -1205,6 +1208,7 @@ gm_shmem_wait_enqueue(int64 need, int64 patience_ms, int64 now)
 	w->since = now;
 	w->patience_ms = patience_ms;
 	w->base_vmdata = -1;
+	w->base_gap = 0;
 	w->look_vmdata = -1;
 	w->look_gap = 0;
 	w->hopeless = false;
@@ -1236,9 +1240,11 @@ waits_for_client(int slotno, int pid)
  * neither: counted with a live VmData against an older headroom, it was
  * counted as room twice, and a burst was admitted past what fits), plus
  * what it had mapped and not touched then (the guard's budget leaves that
- * out of the headroom too: it becomes resident without a new mapping).  One
- * whose growth passed its reservation, or whose process left its slot,
- * ends here.  No /proc read.
+ * out of the headroom too: it becomes resident without a new mapping):
+ * gm_guard_outstanding.  One whose growth passed its reservation still
+ * counts its gap, as does one whose reservation went back, until its
+ * statement ends; one whose process left its slot, or that waits for its
+ * client, ends here.  No /proc read.
  */
 int
 gm_shmem_wait_collect(GmAdmitWaiter *w, int max, int64 now, int64 *outstanding,
@@ -1253,20 +1259,18 @@ gm_shmem_wait_collect(GmAdmitWaiter *w, int max, int64 now, int64 *outstanding,
 	{
 		GmWaitSlot *ws = &shared->slots[i].wait;
 
-		if (ws->state == GM_WAIT_ADMITTED)
+		if (ws->state == GM_WAIT_ADMITTED || ws->state == GM_WAIT_RETURNED)
 		{
 			int64		grown = ws->base_vmdata >= 0 && ws->look_vmdata >= 0 ?
 				ws->look_vmdata - ws->base_vmdata : 0;
 
-			if (ws->pid != shared->slots[i].snap.pid || grown >= ws->need ||
-				waits_for_client(i, ws->pid))
+			/* Past its need it still holds what it mapped and has not touched. */
+			if (ws->pid != shared->slots[i].snap.pid || waits_for_client(i, ws->pid))
 				ws->state = GM_WAIT_NONE;
 			else
-				*outstanding += ws->need - Max(grown, 0) + ws->look_gap;
+				*outstanding += gm_guard_outstanding(ws->need, grown, ws->look_gap,
+													 ws->state == GM_WAIT_RETURNED);
 		}
-		else if (ws->state == GM_WAIT_RETURNED &&
-				 (ws->pid != shared->slots[i].snap.pid || waits_for_client(i, ws->pid)))
-			ws->state = GM_WAIT_NONE;
 		else if (ws->state == GM_WAIT_WAITING && n < max)
 		{
 			w[n].id = i;
@@ -1309,6 +1313,7 @@ gm_shmem_wait_admit(const GmAdmitWaiter *w, int n)
 		if (ws->granted)
 			ws->need = w[i].grant;
 		ws->base_vmdata = -1;	/* the process notes it, awake */
+		ws->base_gap = 0;
 		ws->look_vmdata = -1;
 		ws->look_gap = 0;
 		ws->grew_at = gm_monotonic_usec();
@@ -1407,9 +1412,10 @@ retake_reservations(int64 room, int64 now)
 	{
 		GmWaitSlot *ws = &shared->slots[i].wait;
 
-		if (ws->state == GM_WAIT_ADMITTED)
-			left -= Max(ws->need - Max(ws->look_vmdata >= 0 && ws->base_vmdata >= 0 ?
-										ws->look_vmdata - ws->base_vmdata : 0, 0), 0) + ws->look_gap;
+		if (ws->state == GM_WAIT_ADMITTED || ws->state == GM_WAIT_RETURNED)
+			left -= gm_guard_outstanding(ws->need, ws->look_vmdata >= 0 && ws->base_vmdata >= 0 ?
+										 ws->look_vmdata - ws->base_vmdata : 0, ws->look_gap,
+										 ws->state == GM_WAIT_RETURNED);
 		else if (ws->state == GM_WAIT_WAITING && !ws->hopeless)
 			left -= ws->need;	/* a waiter comes before a retake */
 	}
@@ -1422,13 +1428,12 @@ retake_reservations(int64 room, int64 now)
 			ws->look_vmdata < 0 || ws->base_vmdata < 0 ||
 			reserved_wait(i, ws->pid) != GM_RESERVED_RUNS)
 			continue;
+		/* Its gap is counted already; what it has not mapped of its need, if any. */
 		rest = ws->need - (ws->look_vmdata - ws->base_vmdata);
-		if (rest <= 0)
-			ws->state = GM_WAIT_NONE;
-		else if (rest + ws->look_gap <= left)
+		if (rest > 0 && rest <= left)
 		{
 			ws->state = GM_WAIT_ADMITTED;
-			left -= rest + ws->look_gap;
+			left -= rest;
 		}
 	}
 }
@@ -1467,7 +1472,7 @@ gm_shmem_wait_publish(int64 room, int64 ceiling, const GmWaitLook *looks, int n)
 		if (looks[k].grew)
 			ws->grew_at = now;
 		ws->look_vmdata = looks[k].vmdata;
-		ws->look_gap = looks[k].gap;
+		ws->look_gap = Max(looks[k].gap - ws->base_gap, 0);
 		if (ws->base_vmdata < 0)
 			continue;
 		if (looks[k].wait == GM_RESERVED_CLIENT_READ)
@@ -1510,7 +1515,8 @@ gm_shmem_wait_looks(void)
 
 /*
  * An admitted process, awake: its VmData now is what its statement's
- * growth is counted from (read before the lock; until then its whole
+ * growth is counted from, and what it had mapped and not touched then
+ * what its gap is counted from (read before the lock; until then its whole
  * reservation is outstanding).  Returns it (-1: not admitted, or
  * unreadable).
  */
@@ -1518,14 +1524,19 @@ int64
 gm_shmem_wait_note_base(void)
 {
 	int64		vm;
+	int64		rss;
 
 	if (!gm_shmem_wait_ready() || my_slot->wait.state != GM_WAIT_ADMITTED)
 		return -1;
 	vm = gm_proc_status_bytes(0, "VmData:");
+	rss = gm_proc_status_bytes(0, "RssAnon:");
 	LWLockAcquire(shared->wait_lock, LW_EXCLUSIVE);
 	if (my_slot->wait.state == GM_WAIT_ADMITTED && my_slot->wait.pid == MyProcPid &&
 		my_slot->wait.base_vmdata < 0)
+	{
 		my_slot->wait.base_vmdata = vm;
+		my_slot->wait.base_gap = vm >= 0 && rss >= 0 ? Max(vm - rss, 0) : 0;
+	}
 	LWLockRelease(shared->wait_lock);
 	return vm;
 }
@@ -1573,7 +1584,7 @@ gm_shmem_wait_leave(void)
 	held = LWLockHeldByMe(shared->wait_lock);
 	if (!held)
 		LWLockAcquire(shared->wait_lock, LW_EXCLUSIVE);
-	freed = slot->wait.state == GM_WAIT_ADMITTED;
+	freed = slot->wait.state == GM_WAIT_ADMITTED || slot->wait.state == GM_WAIT_RETURNED;
 	slot->wait.state = GM_WAIT_NONE;
 	slot->wait.latch = NULL;
 	if (freed)

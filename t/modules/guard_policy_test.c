@@ -899,6 +899,40 @@ main(void)
 		   "a TB need, scaled by 3: no overflow");
 
 		/*
+		 * What a statement with a reservation still adds to the usage: a
+		 * sort of 72 MB that mapped all of it and touched 30 MB still
+		 * holds 42 MB (a burst's third sort was admitted beside two such
+		 * as if they held nothing, and the guard then failed two of them).
+		 */
+		{
+			static const struct
+			{
+				int64		need;
+				int64		grown;
+				int64		gap;
+				bool		returned;
+				int64		left;
+				const char *name;
+			}			out[] = {
+				{72, 0, 0, false, 72, "just admitted: its whole need"},
+				{72, 30, 0, false, 42, "mapped 30, all touched: the rest of its need"},
+				{72, 30, 10, false, 52, "mapped 30, 10 of it untouched: the rest and the gap"},
+				{72, 72, 42, false, 42, "mapped its whole need, touched 30: the 42 it has not touched"},
+				{72, 90, 5, false, 5, "past its need: only its gap, never less than nothing"},
+				{72, 90, 0, false, 0, "past its need, all touched: nothing"},
+				{72, 30, 10, true, 10, "its reservation went back: only its gap"},
+				{72, -5, -1, false, 72, "unknown readings (-1) or a shrunk VmData: its need"},
+			};
+
+			for (int i = 0; i < (int) lengthof(out); i++)
+				ok(gm_guard_outstanding(out[i].need * MB, out[i].grown * MB, out[i].gap * MB,
+										out[i].returned) == out[i].left * MB,
+				   out[i].name);
+		}
+		ok(gm_guard_outstanding((int64) 1 << 40, 0, (int64) 1 << 40, false) == (int64) 1 << 41,
+		   "a TB need and a TB gap: no overflow");
+
+		/*
 		 * memory_wait is the session's: half of at most 30 s counts, and
 		 * half of an odd one is due from its ceiling, not before.  A head
 		 * of 500 MB that does not fit 200 MB, a small one of 50 MB behind.
