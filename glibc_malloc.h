@@ -403,6 +403,9 @@ typedef struct GmWaitLook
 	bool		granted;		/* a grant, not a need: never returned */
 	bool		grew;			/* VmData above before */
 	int64		still_usec;		/* since it last grew (0: it grew now) */
+	int64		admitted_at;	/* when it was admitted */
+	int64		grew_usec;		/* from its admission to when a look last
+								 * saw it grow */
 	GmReservedWait wait;		/* what it waits for */
 	bool		returns;		/* the monitor's decision: it goes back */
 } GmWaitLook;
@@ -537,7 +540,7 @@ typedef struct GmAdmitWaiter
 
 
 extern bool gm_guard_covers(GmGuardMode mode, GmLimitSource source);
-extern bool gm_guard_reservation_returns(GmReservedWait wait, int64 still_usec);
+extern bool gm_guard_reservation_returns(GmReservedWait wait, int64 still_usec, int64 grew_usec);
 extern const char *gm_guard_hint_remedy(GmLimitSource source);
 extern void gm_guard_levels(int64 limit, GmGuardLevels *lv);
 extern int	gm_guard_admit(int64 available, int64 ceiling, GmAdmitWaiter *waiters, int n);

@@ -91,8 +91,8 @@
  * (waiting for memory that cannot free would only delay it).
  *
  * A reservation goes back to the budget (gm_guard_reservation_returns)
- * when its process has not grown for GM_RESERVED_STILL_USEC at the
- * monitor's looks, or waits for a heavyweight lock, a timeout (pg_sleep)
+ * when its process has not grown at the monitor's looks for as long as it
+ * grew since its admission, and at least GM_RESERVED_STILL_USEC, or waits for a heavyweight lock, a timeout (pg_sleep)
  * or its client to take its rows: a statement that holds its reservation
  * without using it would hold memory others need (a plain role's
  * pg_sleep in a query recorded large).  The statement then runs on as a
@@ -151,7 +151,8 @@
 									 * default memory_wait) */
 #define GM_RESERVED_STILL_USEC (2 * 1000 * 1000)	/* a reservation that
 														 * has not grown this
-														 * long goes back */
+														 * long (at least) goes
+														 * back */
 #define GM_GUARD_GRAIN		(256 * 1024)	/* shares are rounded down to
 											 * this */
 
@@ -173,14 +174,18 @@ static const bool gm_guard_coverage[GM_GUARD_NMODES][GM_NLIMIT_SOURCES] = {
 /*
  * Whether an admitted statement's reservation goes back to the budget: its
  * process waits for something a reservation should not outlast (wait), or
- * has not grown for still_usec at the monitor's looks.
+ * has not grown at the monitor's looks (for still_usec) for as long as it
+ * grew after its admission (grew_usec), and at least GM_RESERVED_STILL_USEC:
+ * a sort that pauses between two growths (it fills what it mapped) keeps
+ * it, a statement that grows no more gives it back.
  */
 bool
-gm_guard_reservation_returns(GmReservedWait wait, int64 still_usec)
+gm_guard_reservation_returns(GmReservedWait wait, int64 still_usec, int64 grew_usec)
 {
 	if (wait == GM_RESERVED_CLIENT_READ)
 		return false;			/* it ends: not a return */
-	return wait != GM_RESERVED_RUNS || still_usec >= GM_RESERVED_STILL_USEC;
+	return wait != GM_RESERVED_RUNS ||
+		still_usec >= Max(GM_RESERVED_STILL_USEC, grew_usec);
 }
 
 /* Whether the guard in mode acts on a limit read from source. */

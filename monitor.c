@@ -1019,7 +1019,8 @@ monitor_tick(void)
 	/* What the admitted statements grew, read before the usage. */
 	nlooks = gm_shmem_wait_note_look(wait_looks);
 	for (int k = 0; k < nlooks; k++)
-		wait_looks[k].returns = gm_guard_reservation_returns(wait_looks[k].wait, wait_looks[k].still_usec);
+		wait_looks[k].returns = gm_guard_reservation_returns(wait_looks[k].wait, wait_looks[k].still_usec,
+																		wait_looks[k].grew_usec);
 	gm_memsource_read(&l);
 	n = gm_shmem_all_snapshots(snaps);
 	guard_nguarded = 0;

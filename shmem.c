@@ -93,6 +93,8 @@ typedef struct GmWaitSlot
 	int64		base_gap;		/* VmData less RssAnon with base_vmdata: what
 								 * the process had mapped and not touched
 								 * before its statement; 0 = unknown */
+	int64		admitted_at;	/* ADMITTED: gm_monotonic_usec() of its
+								 * admission */
 	int64		grew_at;		/* ADMITTED: gm_monotonic_usec() of its base,
 								 * or of the last look that saw it grow */
 	bool		hopeless;		/* its need is above what the
@@ -1317,6 +1319,7 @@ gm_shmem_wait_admit(const GmAdmitWaiter *w, int n)
 		ws->look_vmdata = -1;
 		ws->look_gap = 0;
 		ws->grew_at = gm_monotonic_usec();
+		ws->admitted_at = ws->grew_at;
 		if (!ws->granted)
 			pg_atomic_fetch_add_u64(&shared->wait_counts[GM_WAIT_ADMISSIONS], 1);
 		if (ws->pid != MyProcPid && ws->latch != NULL)
@@ -1374,6 +1377,7 @@ gm_shmem_wait_note_look(GmWaitLook *looks)
 		lk->arrival = ws->arrival;	/* checked again at publish */
 		lk->before = ws->look_vmdata >= 0 ? ws->look_vmdata : ws->base_vmdata;
 		lk->grew_at = ws->grew_at;
+		lk->admitted_at = ws->admitted_at;
 		lk->granted = ws->granted;
 		n++;
 	}
@@ -1389,6 +1393,7 @@ gm_shmem_wait_note_look(GmWaitLook *looks)
 		lk->gap = Max(lk->vmdata - lk->gap, 0);
 		lk->grew = lk->before >= 0 && lk->vmdata > lk->before;
 		lk->still_usec = lk->grew ? 0 : Max(gm_monotonic_usec() - lk->grew_at, 0);
+		lk->grew_usec = Max(lk->grew_at - lk->admitted_at, 0);
 		lk->wait = reserved_wait(lk->slot, lk->pid);
 		lk->returns = false;
 		looks[kept++] = *lk;

@@ -677,20 +677,25 @@ main(void)
 		{
 			GmReservedWait wait;
 			int64		still_usec;
+			int64		grew_usec;
 			bool		returns;
 			const char *name;
 		}			rt[] = {
-			{GM_RESERVED_RUNS, 0, false, "a statement that grew at the last look keeps its reservation"},
-			{GM_RESERVED_RUNS, 1900 * 1000, false, "one still for 1.9 s keeps it"},
-			{GM_RESERVED_RUNS, 2000 * 1000, true, "one still for 2 s gives it back"},
-			{GM_RESERVED_LOCK, 0, true, "one waiting for a lock gives it back at once"},
-			{GM_RESERVED_SLEEP, 0, true, "one in pg_sleep gives it back at once"},
-			{GM_RESERVED_CLIENT_WRITE, 0, true, "one waiting for its client to take its rows gives it back at once"},
-			{GM_RESERVED_CLIENT_READ, 5000 * 1000, false, "one waiting for its client's next command is not a return (its statement is over: the reservation ends)"},
+			{GM_RESERVED_RUNS, 0, 0, false, "a statement that grew at the last look keeps its reservation"},
+			{GM_RESERVED_RUNS, 1900 * 1000, 0, false, "one still for 1.9 s since its admission keeps it"},
+			{GM_RESERVED_RUNS, 2000 * 1000, 0, true, "one still for 2 s since its admission gives it back"},
+			{GM_RESERVED_RUNS, 2000 * 1000, 1000 * 1000, true, "one that grew for 1 s, then still for 2 s, gives it back"},
+			{GM_RESERVED_RUNS, 2500 * 1000, 6000 * 1000, false, "a sort that grew for 6 s pauses 2.5 s (it fills what it mapped): it keeps it"},
+			{GM_RESERVED_RUNS, 6000 * 1000, 6000 * 1000, true, "still as long as it grew: it gives it back"},
+			{GM_RESERVED_RUNS, (int64) 3600 * 1000 * 1000, 0, true, "a statement recorded large that never grows (an hour): back after 2 s, not held"},
+			{GM_RESERVED_LOCK, 0, 6000 * 1000, true, "one waiting for a lock gives it back at once"},
+			{GM_RESERVED_SLEEP, 0, 0, true, "one in pg_sleep gives it back at once"},
+			{GM_RESERVED_CLIENT_WRITE, 0, 0, true, "one waiting for its client to take its rows gives it back at once"},
+			{GM_RESERVED_CLIENT_READ, 5000 * 1000, 0, false, "one waiting for its client's next command is not a return (its statement is over: the reservation ends)"},
 		};
 
 		for (int i = 0; i < (int) lengthof(rt); i++)
-			ok(gm_guard_reservation_returns(rt[i].wait, rt[i].still_usec) == rt[i].returns, rt[i].name);
+			ok(gm_guard_reservation_returns(rt[i].wait, rt[i].still_usec, rt[i].grew_usec) == rt[i].returns, rt[i].name);
 	}
 
 	/* The admission of statements waiting for memory (memory_wait). */
