@@ -37,7 +37,8 @@
  *						and transaction end; an "out of
  *						memory" is counted where the hooks catch it (or
  *						else where it is reported) and, under the
- *						module's limits, gets a HINT (emit_log_hook)
+ *						module's limits, gets a HINT there (the hooks'
+ *						PG_CATCH, else emit_log_hook)
  *	statements			(planner, executor and ProcessUtility hooks, which
  *						keep the nesting level as pg_stat_statements does,
  *						except that ExecutorStart's SPI is nested here)
@@ -405,15 +406,34 @@ count_oom(void)
 		gm_shmem_count_oom_error();
 }
 
-/* In a hook's PG_CATCH: count the error if it is an "out of memory", and give it its HINT. */
+/*
+ * In a hook's PG_CATCH: count the error if it is an "out of memory"; then,
+ * unless the caller lifts a grant's limit first (hint false: it calls
+ * caught_error_hint after), give it its HINT.
+ */
+static void
+caught_error_counted(bool hint)
+{
+	if (geterrcode() != ERRCODE_OUT_OF_MEMORY)
+		return;
+	count_oom();
+	if (hint)
+		gm_guard_caught_oom_hint();
+}
+
+/* In a hook's PG_CATCH: count an "out of memory" and give it its HINT. */
 static void
 caught_error(void)
 {
+	caught_error_counted(true);
+}
+
+/* The HINT of an "out of memory" counted by caught_error_counted(false). */
+static void
+caught_error_hint(void)
+{
 	if (geterrcode() == ERRCODE_OUT_OF_MEMORY)
-	{
-		count_oom();
 		gm_guard_caught_oom_hint();
-	}
 }
 
 /*
@@ -620,9 +640,11 @@ gm_ExecutorRun(GM_ER_ARGS)
 	{
 		nesting--;
 		/* Counted with the grant's limit in force: the guard's error. */
-		caught_error();
+		caught_error_counted(false);
+		/* The HINT allocates: once the grant's limit is lifted. */
 		if (granted)
 			gm_guard_grant_run(false);
+		caught_error_hint();
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
@@ -659,9 +681,11 @@ gm_ExecutorFinish(QueryDesc *queryDesc)
 	{
 		nesting--;
 		/* Counted with the grant's limit in force: the guard's error. */
-		caught_error();
+		caught_error_counted(false);
+		/* The HINT allocates: once the grant's limit is lifted. */
 		if (granted)
 			gm_guard_grant_run(false);
+		caught_error_hint();
 		PG_RE_THROW();
 	}
 	PG_END_TRY();

@@ -403,8 +403,7 @@ typedef struct GmWaitLook
 	bool		granted;		/* a grant, not a need: never returned */
 	bool		grew;			/* VmData above before */
 	int64		still_usec;		/* since it last grew (0: it grew now) */
-	int64		admitted_at;	/* when it was admitted */
-	int64		grew_usec;		/* from its admission to when a look last
+	int64		grew_usec;		/* from its admission to the last look that
 								 * saw it grow */
 	GmReservedWait wait;		/* what it waits for */
 	bool		returns;		/* the monitor's decision: it goes back */

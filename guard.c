@@ -39,8 +39,9 @@
  * (glibc_malloc_statements) waits, up to memory_wait, until that peak fits
  * the headroom left after what the statements admitted before are still
  * expected to take; admitted, it reserves its peak in shared memory (the
- * queue is shmem.c's, the admission guard_policy.c's) until it ends, fails,
- * or grows past it.  The wait is on the latch, woken when a reservation
+ * queue is shmem.c's, the admission guard_policy.c's) until it ends or
+ * fails (past its need, what it mapped and has not touched still counts).
+ * The wait is on the latch, woken when a reservation
  * ends and every GM_WAIT_POLL_MS (the monitor's looks change the
  * headroom), and takes interrupts: statement_timeout, pg_cancel_backend,
  * termination.  A waiter that another backend waits for (it holds a lock
@@ -707,6 +708,14 @@ limit_kind(bool *by_guard, int64 *soft)
  * its HINT: a hook's PG_CATCH counts it with a grant's limit in force, and
  * lifts that limit before emit_log_hook reports the error.
  */
+/*
+ * gm_guard_caught_oom_hint reads the error being handled through a copy in
+ * this context; its one block (GM_HINT_CXT_SIZE) is allocated at load, so
+ * that a copy of an ordinary error allocates nothing more.
+ */
+#define GM_HINT_CXT_SIZE	(16 * 1024)
+static MemoryContext hint_cxt = NULL;
+
 static struct
 {
 	bool		valid;			/* one of ours, not reported yet */
@@ -795,18 +804,42 @@ oom_hint_text(char *buf, size_t size)
 }
 
 /*
- * A hook's PG_CATCH, the "out of memory" just counted (gm_guard_count_oom)
- * under the module's limits: its HINT goes on the error now, whether or
- * not the server log shows it later (emit_log_hook runs only for what
- * log_min_messages lets through).  errhint on the error being handled, in
- * ErrorContext, which keeps a block for this.
+ * A hook's PG_CATCH, the SQLSTATE 53200 error just counted
+ * (gm_guard_count_oom) under the module's limits: if it is PostgreSQL's own
+ * "out of memory" (a failed malloc) without a HINT, its HINT goes on the
+ * error now, whether or not the server log shows it later (emit_log_hook
+ * runs only for what log_min_messages lets through).  Others of SQLSTATE
+ * 53200 ("out of shared memory" and its HINT, a parallel worker's error
+ * raised again in the leader with the worker's HINT) are left as they are.
+ * The error is read through a copy in hint_cxt, whose block is allocated
+ * at load (CopyErrorData may not copy into ErrorContext); errhint then
+ * allocates in ErrorContext, as PostgreSQL's own DETAIL did.  The caller
+ * has lifted a grant's limit first.
  */
 void
 gm_guard_caught_oom_hint(void)
 {
 	char		buf[512];
+	ErrorData  *edata;
+	MemoryContext old;
+	bool		plain;
 
-	if (oom_note.valid && oom_hint_text(buf, sizeof(buf)))
+	if (!oom_note.valid)
+		return;
+	if (hint_cxt == NULL)
+	{
+		oom_note.valid = false;
+		return;
+	}
+	old = MemoryContextSwitchTo(hint_cxt);
+	edata = CopyErrorData();
+	MemoryContextSwitchTo(old);
+	plain = edata->elevel >= ERROR && edata->message_id != NULL &&
+		strcmp(edata->message_id, "out of memory") == 0 && edata->hint == NULL;
+	MemoryContextReset(hint_cxt);
+	if (!plain)
+		oom_note.valid = false;
+	else if (oom_hint_text(buf, sizeof(buf)))
 		errhint("%s", buf);
 }
 
@@ -878,10 +911,18 @@ assign_max_backend_memory(int newval, void *extra)
 		gm_guard_apply();
 }
 
-/* Define glibc_malloc.max_backend_memory, memory_wait and max_memory_wait; from _PG_init. */
+/*
+ * Define glibc_malloc.max_backend_memory, memory_wait and max_memory_wait,
+ * and make the context the caught HINT reads errors in; from _PG_init.
+ */
 void
 gm_guard_define_gucs(void)
 {
+	/* Its block allocated now, kept across resets: an error's copy. */
+	if (hint_cxt == NULL)
+		hint_cxt = AllocSetContextCreate(TopMemoryContext, "glibc_malloc error hint",
+										 GM_HINT_CXT_SIZE, GM_HINT_CXT_SIZE, GM_HINT_CXT_SIZE);
+
 	/*
 	 * USERSET: a session may only make its own statements wait (or not);
 	 * the guard's limits protect the server either way.

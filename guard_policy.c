@@ -92,7 +92,8 @@
  *
  * A reservation goes back to the budget (gm_guard_reservation_returns)
  * when its process has not grown at the monitor's looks for as long as it
- * grew since its admission, and at least GM_RESERVED_STILL_USEC, or waits for a heavyweight lock, a timeout (pg_sleep)
+ * grew since its admission (between GM_RESERVED_STILL_USEC and
+ * GM_RESERVED_HOLD_USEC), or waits for a heavyweight lock, a timeout (pg_sleep)
  * or its client to take its rows: a statement that holds its reservation
  * without using it would hold memory others need (a plain role's
  * pg_sleep in a query recorded large).  The statement then runs on as a
@@ -152,7 +153,9 @@
 #define GM_RESERVED_STILL_USEC (2 * 1000 * 1000)	/* a reservation that
 														 * has not grown this
 														 * long (at least) goes
-														 * back */
+														 * back ... */
+#define GM_RESERVED_HOLD_USEC (10 * 1000 * 1000)	/* ... and at most this
+														 * long */
 #define GM_GUARD_GRAIN		(256 * 1024)	/* shares are rounded down to
 											 * this */
 
@@ -175,9 +178,12 @@ static const bool gm_guard_coverage[GM_GUARD_NMODES][GM_NLIMIT_SOURCES] = {
  * Whether an admitted statement's reservation goes back to the budget: its
  * process waits for something a reservation should not outlast (wait), or
  * has not grown at the monitor's looks (for still_usec) for as long as it
- * grew after its admission (grew_usec), and at least GM_RESERVED_STILL_USEC:
- * a sort that pauses between two growths (it fills what it mapped) keeps
- * it, a statement that grows no more gives it back.
+ * grew since its admission (grew_usec: from its admission to the last look
+ * that saw it grow), at least GM_RESERVED_STILL_USEC and at most
+ * GM_RESERVED_HOLD_USEC: a sort that pauses between two growths (it fills
+ * what it mapped) keeps it, a statement that grows no more gives it back,
+ * and one that grows a little now and then holds it at most
+ * GM_RESERVED_HOLD_USEC past its last growth.
  */
 bool
 gm_guard_reservation_returns(GmReservedWait wait, int64 still_usec, int64 grew_usec)
@@ -185,7 +191,7 @@ gm_guard_reservation_returns(GmReservedWait wait, int64 still_usec, int64 grew_u
 	if (wait == GM_RESERVED_CLIENT_READ)
 		return false;			/* it ends: not a return */
 	return wait != GM_RESERVED_RUNS ||
-		still_usec >= Max(GM_RESERVED_STILL_USEC, grew_usec);
+		still_usec >= Max(GM_RESERVED_STILL_USEC, Min(grew_usec, GM_RESERVED_HOLD_USEC));
 }
 
 /* Whether the guard in mode acts on a limit read from source. */

@@ -934,7 +934,7 @@ guard_publish(const GmLimits *l, const GmGuardDecision *dp, int ncand, int limit
 		gm_shmem_wait_publish(Max(lv.target - l->usage, 0), Max(ceiling, 0), wait_looks, nlooks);
 		/* The admission's inputs from this look, for who debugs it (DEBUG2). */
 		for (int k = 0; k < nlooks; k++)
-			elog(DEBUG2, "glibc_malloc memory wait look: usage " INT64_FORMAT " room " INT64_FORMAT " pid %d vmdata " INT64_FORMAT " gap " INT64_FORMAT " returns %d",
+			elog(DEBUG2, "glibc_malloc memory wait look: usage " INT64_FORMAT " room " INT64_FORMAT " pid %d vmdata " INT64_FORMAT " gap (whole process) " INT64_FORMAT " returns %d",
 				 l->usage, Max(lv.target - l->usage, 0), wait_looks[k].pid, wait_looks[k].vmdata,
 				 wait_looks[k].gap, (int) wait_looks[k].returns);
 	}

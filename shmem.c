@@ -1377,7 +1377,7 @@ gm_shmem_wait_note_look(GmWaitLook *looks)
 		lk->arrival = ws->arrival;	/* checked again at publish */
 		lk->before = ws->look_vmdata >= 0 ? ws->look_vmdata : ws->base_vmdata;
 		lk->grew_at = ws->grew_at;
-		lk->admitted_at = ws->admitted_at;
+		lk->grew_usec = Max(ws->grew_at - ws->admitted_at, 0);
 		lk->granted = ws->granted;
 		n++;
 	}
@@ -1393,7 +1393,6 @@ gm_shmem_wait_note_look(GmWaitLook *looks)
 		lk->gap = Max(lk->vmdata - lk->gap, 0);
 		lk->grew = lk->before >= 0 && lk->vmdata > lk->before;
 		lk->still_usec = lk->grew ? 0 : Max(gm_monotonic_usec() - lk->grew_at, 0);
-		lk->grew_usec = Max(lk->grew_at - lk->admitted_at, 0);
 		lk->wait = reserved_wait(lk->slot, lk->pid);
 		lk->returns = false;
 		looks[kept++] = *lk;
@@ -1486,8 +1485,10 @@ gm_shmem_wait_publish(int64 room, int64 ceiling, const GmWaitLook *looks, int n)
 			ws->state = GM_WAIT_NONE;
 			grew = true;
 		}
-		else if (ws->state == GM_WAIT_ADMITTED && !ws->granted && looks[k].returns)
+		else if (ws->state == GM_WAIT_ADMITTED && !ws->granted && looks[k].returns &&
+				 ws->need > looks[k].vmdata - ws->base_vmdata)
 		{
+			/* What it has not mapped of its need goes back (its gap stays counted). */
 			ws->state = GM_WAIT_RETURNED;
 			pg_atomic_fetch_add_u64(&shared->wait_counts[GM_WAIT_RETURNS], 1);
 			grew = true;

@@ -220,5 +220,15 @@ cmp_ok($counted, '>=', $errors_expected, "glibc_malloc_guard counts the $errors_
 cmp_ok($counted, '<=', $errors_expected + 1, 'and no more (the second parallel worker may fail too)');
 my $log = slurp_file($node->logfile);
 unlike($log, qr/PANIC|terminated by signal|TRAP|all server processes terminated/, 'no crash, no PANIC, no restart');
+
+# Another error of SQLSTATE 53200 under the cap, "out of shared memory"
+# from a full lock table, keeps PostgreSQL's own HINT.
+$node->append_conf('postgresql.conf', 'max_locks_per_transaction = 10');
+$node->restart;
+my (undef, undef, $lerr) = $node->psql('postgres',
+	"SET glibc_malloc.max_backend_memory = '256MB'; BEGIN; "
+	  . "DO \$\$ BEGIN FOR i IN 1..20000 LOOP EXECUTE format('CREATE TEMP TABLE lk%s ()', i); END LOOP; END \$\$; COMMIT;");
+like($lerr, qr/ERROR:  out of shared memory\nHINT:  You might need to increase "?max_locks_per_transaction"?\./,
+	"a full lock table under the cap: PostgreSQL's \"out of shared memory\" keeps its own HINT");
 $node->stop;
 done_testing();
