@@ -704,18 +704,19 @@ limit_kind(bool *by_guard, int64 *soft)
 }
 
 /*
- * What gm_guard_count_oom found of the "out of memory" it counted last, for
- * its HINT: a hook's PG_CATCH counts it with a grant's limit in force, and
- * lifts that limit before emit_log_hook reports the error.
- */
-/*
  * gm_guard_caught_oom_hint reads the error being handled through a copy in
- * this context; its one block (GM_HINT_CXT_SIZE) is allocated at load, so
- * that a copy of an ordinary error allocates nothing more.
+ * this context, made at load; its first block (GM_HINT_CXT_SIZE) is kept
+ * across resets.
  */
 #define GM_HINT_CXT_SIZE	(16 * 1024)
 static MemoryContext hint_cxt = NULL;
 
+/*
+ * What gm_guard_count_oom found of the "out of memory" it counted last, for
+ * its HINT (gm_guard_caught_oom_hint, else emit_log_hook): counted with a
+ * grant's limit in force, it is the grant's, though the HINT comes after
+ * that limit is lifted.
+ */
 static struct
 {
 	bool		valid;			/* one of ours, not reported yet */
@@ -811,10 +812,12 @@ oom_hint_text(char *buf, size_t size)
  * runs only for what log_min_messages lets through).  Others of SQLSTATE
  * 53200 ("out of shared memory" and its HINT, a parallel worker's error
  * raised again in the leader with the worker's HINT) are left as they are.
- * The error is read through a copy in hint_cxt, whose block is allocated
- * at load (CopyErrorData may not copy into ErrorContext); errhint then
- * allocates in ErrorContext, as PostgreSQL's own DETAIL did.  The caller
- * has lifted a grant's limit first.
+ * The error is read through a copy in hint_cxt (CopyErrorData may not copy
+ * into ErrorContext), then errhint sets it in ErrorContext.  Both allocate:
+ * meanwhile the soft limit is the one the process started with (prlimit
+ * only), and the limits in force are set again after, also when the copy
+ * fails.  The note is used up first, so an enclosing hook's catch does not
+ * try again.
  */
 void
 gm_guard_caught_oom_hint(void)
@@ -823,24 +826,38 @@ gm_guard_caught_oom_hint(void)
 	ErrorData  *edata;
 	MemoryContext old;
 	bool		plain;
+	int64		hard;
 
 	if (!oom_note.valid)
 		return;
+	oom_note.valid = false;
 	if (hint_cxt == NULL)
+		return;
+	MemoryContextReset(hint_cxt);
+	if (orig_soft < 0 && !gm_data_limit(0, &orig_soft, &hard))
+		orig_soft = GM_NO_LIMIT;
+	(void) gm_set_data_limit(0, orig_soft);
+	PG_TRY();
+	{
+		old = MemoryContextSwitchTo(hint_cxt);
+		edata = CopyErrorData();
+		MemoryContextSwitchTo(old);
+		plain = edata->elevel >= ERROR && edata->message_id != NULL &&
+			strcmp(edata->message_id, "out of memory") == 0 && edata->hint == NULL;
+		MemoryContextReset(hint_cxt);
+		/* oom_hint_text uses the note: valid again for it alone. */
+		oom_note.valid = plain;
+		if (plain && oom_hint_text(buf, sizeof(buf)))
+			errhint("%s", buf);
+	}
+	PG_CATCH();
 	{
 		oom_note.valid = false;
-		return;
+		set_limits();
+		PG_RE_THROW();
 	}
-	old = MemoryContextSwitchTo(hint_cxt);
-	edata = CopyErrorData();
-	MemoryContextSwitchTo(old);
-	plain = edata->elevel >= ERROR && edata->message_id != NULL &&
-		strcmp(edata->message_id, "out of memory") == 0 && edata->hint == NULL;
-	MemoryContextReset(hint_cxt);
-	if (!plain)
-		oom_note.valid = false;
-	else if (oom_hint_text(buf, sizeof(buf)))
-		errhint("%s", buf);
+	PG_END_TRY();
+	set_limits();
 }
 
 /*

@@ -1437,6 +1437,8 @@ retake_reservations(int64 room, int64 now)
 		if (rest > 0 && rest <= left)
 		{
 			ws->state = GM_WAIT_ADMITTED;
+			/* Its hold (gm_guard_reservation_returns) counts from now. */
+			ws->admitted_at = now;
 			left -= rest;
 		}
 	}

@@ -215,6 +215,27 @@ SKIP:
 	is($node->safe_psql('postgres', 'SELECT 1'), 1, 'the server goes on');
 }
 
+# An "out of memory" several PL/pgSQL levels down, under the cap, with a
+# long CONTEXT (each level's query text over 2 kB) and ERRORs left out of
+# the server log: each level's hook catches it; the HINT is added once, and
+# the error is PostgreSQL's, its DETAIL kept.
+my $pad = 'x' x 2500;
+$node->safe_psql('postgres', qq{CREATE FUNCTION deep(n int) RETURNS bigint LANGUAGE plpgsql AS \$f\$
+BEGIN
+  IF n = 0 THEN
+    RETURN (SELECT count(*) FROM (SELECT md5(i::text) || '$pad' FROM generate_series(1, 1000000) i ORDER BY 1) s);
+  END IF;
+  RETURN (SELECT deep(n - 1) + length('$pad') * 0);
+END \$f\$});
+my $sd = $node->background_psql('postgres', on_error_stop => 0);
+$err = run_err($sd, "SET log_min_messages = log; SET work_mem = '1GB'; SET glibc_malloc.max_backend_memory = '20MB'; SELECT deep(6)");
+like($err, qr/ERROR:  out of memory\nDETAIL:  Failed on request of size \d+ in memory context "(?!glibc_malloc)[^"]+"\.\nHINT:  glibc_malloc\.max_backend_memory allows this backend 20 MB/,
+	'6 PL/pgSQL levels down, with a long CONTEXT: PostgreSQL\'s error, its DETAIL, and our HINT once');
+$errors_expected++;
+$sd->query_safe('RESET log_min_messages; RESET work_mem; RESET glibc_malloc.max_backend_memory');
+is($sd->query_safe($small), 20000, 'the session runs its next query');
+$sd->quit;
+
 my $counted = $node->safe_psql('postgres', 'SELECT max_backend_memory_errors FROM glibc_malloc_guard');
 cmp_ok($counted, '>=', $errors_expected, "glibc_malloc_guard counts the $errors_expected errors under the cap");
 cmp_ok($counted, '<=', $errors_expected + 1, 'and no more (the second parallel worker may fail too)');
