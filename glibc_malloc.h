@@ -550,6 +550,7 @@ extern int64 gm_guard_outstanding(int64 need, int64 grown, int64 gap, bool retur
 extern int64 gm_guard_reserve_shift(int64 limit, int n);
 extern bool gm_guard_engaged_after(int64 limit, int64 usage, bool engaged);
 extern bool gm_guard_measure(int64 limit, int64 usage, bool engaged);
+extern int	gm_guard_glance_ms(int64 limit, int64 usage, bool measuring, int ncpu, int min_ms, int max_ms);
 extern void gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecision *out);
 
 /* 4. memsource.c: one reading of the server's memory limit and usage. */

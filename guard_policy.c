@@ -158,6 +158,11 @@
 														 * long */
 #define GM_GUARD_GRAIN		(256 * 1024)	/* shares are rounded down to
 											 * this */
+#define GM_BURST_PER_CPU	(128 * MB)	/* the fastest growth per CPU over
+										 * GM_GLANCE_RATE_MS (measured: 143 MB
+										 * from 2 CPUs, docs/design.md), 1.8
+										 * times that per CPU */
+#define GM_GLANCE_RATE_MS	50
 
 /*
  * Which limits each value of glibc_malloc.memory_guard guards.  A whole
@@ -288,6 +293,31 @@ gm_guard_measure(int64 limit, int64 usage, bool engaged)
 		return false;
 	gm_guard_levels(limit, &lv);
 	return engaged || usage >= lv.release - gm_pct(limit, GM_GUARD_RELEASE);
+}
+
+/*
+ * How long a calm guard may wait before it glances at the usage again,
+ * having seen usage (its reserves' shift included): the time the fastest
+ * burst its ncpu CPUs can make takes to carry it to the next level it
+ * watches for (the stretch where it measures; inside it, measuring, the
+ * engage point), at least min_ms and at most max_ms.  Glancing every
+ * min_ms sees the same crossings, no later: far below them it need not.
+ */
+int
+gm_guard_glance_ms(int64 limit, int64 usage, bool measuring, int ncpu, int min_ms, int max_ms)
+{
+	GmGuardLevels lv;
+	int64		level;
+	int64		ms;
+
+	if (limit <= 0 || usage < 0 || max_ms <= min_ms)
+		return min_ms;
+	gm_guard_levels(limit, &lv);
+	level = measuring ? lv.engage : lv.release - gm_pct(limit, GM_GUARD_RELEASE);
+	if (usage >= level)
+		return min_ms;
+	ms = (level - usage) / (GM_BURST_PER_CPU / GM_GLANCE_RATE_MS) / Max(ncpu, 1);
+	return (int) Max(Min(ms, (int64) max_ms), (int64) min_ms);
 }
 
 /*

@@ -171,6 +171,8 @@ static bool guard_engaged = false;
  */
 static int64 glance_limit = -1;
 static bool glance_measuring = false;
+static int64 glance_usage = -1;	/* the usage last seen, reserves' shift in */
+static int	glance_ncpu = 1;	/* the CPUs a burst can grow on */
 static int	guard_nguarded = 0;	/* guarded processes in the last snapshots */
 static bool guard_observed = false; /* the last look was in observe */
 static uint64 guard_looks = 0;	/* measured looks, numbered */
@@ -1122,7 +1124,8 @@ monitor_tick(void)
 		over_cap = true;
 	guard_tick(&l, snaps, n);
 	glance_limit = guard_active(&l) && !guard_engaged ? l.limit : -1;
-	glance_measuring = glance_limit > 0 && gm_guard_measure(l.limit, guard_usage(&l), false);
+	glance_usage = guard_usage(&l);
+	glance_measuring = glance_limit > 0 && gm_guard_measure(l.limit, glance_usage, false);
 
 	st->changecount++;
 	pg_write_barrier();
@@ -1181,10 +1184,12 @@ ms_left(int64 looked, int tick_ms)
 
 /*
  * Wait for the next look, tick_ms after looked, or a wake-up (WaitLatch's
- * result).  A calm guard glances at the usage every GM_GUARD_TICK_MS
- * meanwhile, and looks at once when the usage has reached the stretch
- * where the guard measures (from below it) or the engage point: a burst
- * grows hundreds of MB in GM_MONITOR_TICK_MS.
+ * result).  A calm guard glances at the usage meanwhile, every
+ * GM_GUARD_TICK_MS where the fastest burst could reach the stretch where
+ * the guard measures (from below it) or the engage point by the next
+ * look, less often further below (gm_guard_glance_ms), and looks at once
+ * when the usage has reached it: a burst grows hundreds of MB in
+ * GM_MONITOR_TICK_MS.
  */
 static int
 monitor_wait(int64 looked, int tick_ms)
@@ -1196,16 +1201,21 @@ monitor_wait(int64 looked, int tick_ms)
 		int64		usage;
 		int			rc;
 
+		if (glance_limit > 0)
+			left = Min(left, gm_guard_glance_ms(glance_limit, glance_usage, glance_measuring,
+												glance_ncpu, GM_GUARD_TICK_MS, tick_ms));
 		rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-					   glance_limit > 0 ? Min(left, GM_GUARD_TICK_MS) : left, PG_WAIT_EXTENSION);
+					   left, PG_WAIT_EXTENSION);
 		if (rc & WL_LATCH_SET)
 			return rc;
 		if (glance_limit <= 0 || ms_left(looked, tick_ms) <= 0)
 			continue;
 		usage = gm_memsource_glance();
+		glance_usage = usage;
 		if (usage < 0)
 			continue;
 		usage += gm_guard_reserve_shift(glance_limit, guard_nguarded);
+		glance_usage = usage;
 		if (glance_measuring ? gm_guard_engaged_after(glance_limit, usage, false) :
 			gm_guard_measure(glance_limit, usage, false))
 			return WL_TIMEOUT;
@@ -1225,6 +1235,7 @@ glibc_malloc_monitor_main(Datum arg)
 	on_shmem_exit(monitor_exit, (Datum) 0);
 	/* Once: a tick allocates nothing, so it cannot fail for lack of memory. */
 	nslots = Max(gm_shmem_slot_count(), 1);
+	glance_ncpu = Max((int) sysconf(_SC_NPROCESSORS_ONLN), 1);
 	snaps = MemoryContextAlloc(TopMemoryContext, sizeof(GmSnapshot) * nslots);
 	asked = MemoryContextAllocZero(TopMemoryContext, sizeof(GmAsked) * nslots);
 	live = MemoryContextAlloc(TopMemoryContext, sizeof(int) * nslots);

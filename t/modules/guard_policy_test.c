@@ -702,6 +702,40 @@ main(void)
 			ok(gm_guard_reservation_returns(rt[i].wait, rt[i].still_usec, rt[i].grew_usec) == rt[i].returns, rt[i].name);
 	}
 
+	/* How long a calm guard may go between two glances at the usage. */
+	{
+		GmGuardLevels lv;
+		int64		stretch8;	/* where the guard measures, at 8 GB and 1 GB */
+		int64		stretch1;
+
+		gm_guard_levels(8192 * MB, &lv);
+		stretch8 = lv.release - 8192 * MB * 5 / 100;
+		ok(gm_guard_glance_ms(400 * MB, 50 * MB, false, 2, 50, 250) == 50,
+		   "400 MB, 50 MB used, 2 CPUs: the fastest burst reaches the stretch within 50 ms: glance every 50 ms");
+		ok(gm_guard_glance_ms(8192 * MB, 200 * MB, false, 2, 50, 250) == 250,
+		   "8 GB, 200 MB used, 2 CPUs: no burst reaches the stretch before the next look: no glance");
+		ok(gm_guard_glance_ms(8192 * MB, 200 * MB, false, 64, 50, 250) == 50,
+		   "the same with 64 CPUs: a burst 32 times as fast could: glance every 50 ms");
+		ok(gm_guard_glance_ms(8192 * MB, 200 * MB, false, 2, 50, 5000) == (int) ((stretch8 - 200 * MB) / (128 * MB / 50) / 2),
+		   "8 GB, 2 CPUs: the time 256 MB per 50 ms takes to reach the stretch");
+		ok(gm_guard_glance_ms(8192 * MB, lv.engage - 64 * MB, true, 1, 50, 250) == 50 &&
+		   gm_guard_glance_ms(8192 * MB, lv.engage - 700 * MB, true, 1, 50, 250) == 250 &&
+		   gm_guard_glance_ms(8192 * MB, lv.engage - 256 * MB, true, 1, 50, 250) == 100,
+		   "measuring, 8 GB, 1 CPU: 64 MB below the engage point every 50 ms, 256 MB below 100 ms, 700 MB below at the look");
+		gm_guard_levels(1024 * MB, &lv);
+		stretch1 = lv.release - 1024 * MB * 5 / 100;
+		ok(gm_guard_glance_ms(1024 * MB, stretch1 - 128 * MB * 3, false, 1, 50, 250) == 150,
+		   "1 GB, 1 CPU, 384 MB below the stretch: 150 ms");
+		ok(gm_guard_glance_ms(1024 * MB, stretch1, false, 2, 50, 250) == 50 &&
+		   gm_guard_glance_ms(1024 * MB, lv.engage + 1, true, 2, 50, 250) == 50,
+		   "at the stretch, past the engage point: every 50 ms");
+		ok(gm_guard_glance_ms(-1, 200 * MB, false, 2, 50, 250) == 50 &&
+		   gm_guard_glance_ms(8192 * MB, -1, false, 2, 50, 250) == 50 &&
+		   gm_guard_glance_ms(8192 * MB, 200 * MB, false, 0, 50, 250) == 250 &&
+		   gm_guard_glance_ms(8192 * MB, 200 * MB, false, 2, 50, 30) == 50,
+		   "no limit, usage unknown: every 50 ms; 0 CPUs counts as 1; never less than the minimum");
+	}
+
 	/* The admission of statements waiting for memory (memory_wait). */
 	{
 		GmAdmitWaiter w[8];
