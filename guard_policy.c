@@ -300,8 +300,9 @@ gm_guard_measure(int64 limit, int64 usage, bool engaged)
  * having seen usage (its reserves' shift included): the time the fastest
  * burst its ncpu CPUs can make takes to carry it to the next level it
  * watches for (the stretch where it measures; inside it, measuring, the
- * engage point), at least min_ms and at most max_ms.  Glancing every
- * min_ms sees the same crossings, no later: far below them it need not.
+ * engage point), at least min_ms and at most max_ms; ncpu 0 (unknown):
+ * min_ms.  Glancing every min_ms sees the same crossings, no later: far
+ * below them it need not.
  */
 int
 gm_guard_glance_ms(int64 limit, int64 usage, bool measuring, int ncpu, int min_ms, int max_ms)
@@ -310,13 +311,13 @@ gm_guard_glance_ms(int64 limit, int64 usage, bool measuring, int ncpu, int min_m
 	int64		level;
 	int64		ms;
 
-	if (limit <= 0 || usage < 0 || max_ms <= min_ms)
+	if (limit <= 0 || usage < 0 || ncpu <= 0 || max_ms <= min_ms)
 		return min_ms;
 	gm_guard_levels(limit, &lv);
 	level = measuring ? lv.engage : lv.release - gm_pct(limit, GM_GUARD_RELEASE);
 	if (usage >= level)
 		return min_ms;
-	ms = (level - usage) / (GM_BURST_PER_CPU / GM_GLANCE_RATE_MS) / Max(ncpu, 1);
+	ms = (level - usage) * GM_GLANCE_RATE_MS / GM_BURST_PER_CPU / ncpu;
 	return (int) Max(Min(ms, (int64) max_ms), (int64) min_ms);
 }
 

@@ -172,7 +172,8 @@ static bool guard_engaged = false;
 static int64 glance_limit = -1;
 static bool glance_measuring = false;
 static int64 glance_usage = -1;	/* the usage last seen, reserves' shift in */
-static int	glance_ncpu = 1;	/* the CPUs a burst can grow on */
+static int64 glance_read_at = 0;	/* when it was read (monotonic usec) */
+static int	glance_ncpu = 0;	/* the CPUs a burst can grow on; 0 unknown */
 static int	guard_nguarded = 0;	/* guarded processes in the last snapshots */
 static bool guard_observed = false; /* the last look was in observe */
 static uint64 guard_looks = 0;	/* measured looks, numbered */
@@ -1024,6 +1025,8 @@ monitor_tick(void)
 		wait_looks[k].returns = gm_guard_reservation_returns(wait_looks[k].wait, wait_looks[k].still_usec,
 																		wait_looks[k].grew_usec);
 	gm_memsource_read(&l);
+	glance_read_at = gm_monotonic_usec();
+	glance_ncpu = Max((int) sysconf(_SC_NPROCESSORS_ONLN), 0);
 	n = gm_shmem_all_snapshots(snaps);
 	guard_nguarded = 0;
 	for (int i = 0; i < n; i++)
@@ -1201,9 +1204,11 @@ monitor_wait(int64 looked, int tick_ms)
 		int64		usage;
 		int			rc;
 
+		/* Counted from when the usage was read, not from the look's end. */
 		if (glance_limit > 0)
-			left = Min(left, gm_guard_glance_ms(glance_limit, glance_usage, glance_measuring,
-												glance_ncpu, GM_GUARD_TICK_MS, tick_ms));
+			left = Min(left, Max(gm_guard_glance_ms(glance_limit, glance_usage, glance_measuring,
+													glance_ncpu, GM_GUARD_TICK_MS, tick_ms) -
+								 (long) ((gm_monotonic_usec() - glance_read_at) / 1000), 0));
 		rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 					   left, PG_WAIT_EXTENSION);
 		if (rc & WL_LATCH_SET)
@@ -1211,11 +1216,12 @@ monitor_wait(int64 looked, int tick_ms)
 		if (glance_limit <= 0 || ms_left(looked, tick_ms) <= 0)
 			continue;
 		usage = gm_memsource_glance();
+		glance_read_at = gm_monotonic_usec();
+		if (usage >= 0)
+			usage += gm_guard_reserve_shift(glance_limit, guard_nguarded);
 		glance_usage = usage;
 		if (usage < 0)
 			continue;
-		usage += gm_guard_reserve_shift(glance_limit, guard_nguarded);
-		glance_usage = usage;
 		if (glance_measuring ? gm_guard_engaged_after(glance_limit, usage, false) :
 			gm_guard_measure(glance_limit, usage, false))
 			return WL_TIMEOUT;
@@ -1235,7 +1241,6 @@ glibc_malloc_monitor_main(Datum arg)
 	on_shmem_exit(monitor_exit, (Datum) 0);
 	/* Once: a tick allocates nothing, so it cannot fail for lack of memory. */
 	nslots = Max(gm_shmem_slot_count(), 1);
-	glance_ncpu = Max((int) sysconf(_SC_NPROCESSORS_ONLN), 1);
 	snaps = MemoryContextAlloc(TopMemoryContext, sizeof(GmSnapshot) * nslots);
 	asked = MemoryContextAllocZero(TopMemoryContext, sizeof(GmAsked) * nslots);
 	live = MemoryContextAlloc(TopMemoryContext, sizeof(int) * nslots);

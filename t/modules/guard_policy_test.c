@@ -716,7 +716,7 @@ main(void)
 		   "8 GB, 200 MB used, 2 CPUs: no burst reaches the stretch before the next look: no glance");
 		ok(gm_guard_glance_ms(8192 * MB, 200 * MB, false, 64, 50, 250) == 50,
 		   "the same with 64 CPUs: a burst 32 times as fast could: glance every 50 ms");
-		ok(gm_guard_glance_ms(8192 * MB, 200 * MB, false, 2, 50, 5000) == (int) ((stretch8 - 200 * MB) / (128 * MB / 50) / 2),
+		ok(gm_guard_glance_ms(8192 * MB, 200 * MB, false, 2, 50, 5000) == (int) ((stretch8 - 200 * MB) * 50 / (128 * MB) / 2),
 		   "8 GB, 2 CPUs: the time 256 MB per 50 ms takes to reach the stretch");
 		ok(gm_guard_glance_ms(8192 * MB, lv.engage - 64 * MB, true, 1, 50, 250) == 50 &&
 		   gm_guard_glance_ms(8192 * MB, lv.engage - 700 * MB, true, 1, 50, 250) == 250 &&
@@ -731,9 +731,9 @@ main(void)
 		   "at the stretch, past the engage point: every 50 ms");
 		ok(gm_guard_glance_ms(-1, 200 * MB, false, 2, 50, 250) == 50 &&
 		   gm_guard_glance_ms(8192 * MB, -1, false, 2, 50, 250) == 50 &&
-		   gm_guard_glance_ms(8192 * MB, 200 * MB, false, 0, 50, 250) == 250 &&
+		   gm_guard_glance_ms(8192 * MB, 200 * MB, false, 0, 50, 250) == 50 &&
 		   gm_guard_glance_ms(8192 * MB, 200 * MB, false, 2, 50, 30) == 50,
-		   "no limit, usage unknown: every 50 ms; 0 CPUs counts as 1; never less than the minimum");
+		   "no limit, usage unknown, CPUs unknown: every 50 ms; never less than the minimum");
 	}
 
 	/* The admission of statements waiting for memory (memory_wait). */
