@@ -309,7 +309,7 @@ gm_guard_glance_ms(int64 limit, int64 usage, bool measuring, int ncpu, int min_m
 {
 	GmGuardLevels lv;
 	int64		level;
-	int64		ms;
+	double		ms;
 
 	if (limit <= 0 || usage < 0 || ncpu <= 0 || max_ms <= min_ms)
 		return min_ms;
@@ -317,8 +317,11 @@ gm_guard_glance_ms(int64 limit, int64 usage, bool measuring, int ncpu, int min_m
 	level = measuring ? lv.engage : lv.release - gm_pct(limit, GM_GUARD_RELEASE);
 	if (usage >= level)
 		return min_ms;
-	ms = (level - usage) * GM_GLANCE_RATE_MS / GM_BURST_PER_CPU / ncpu;
-	return (int) Max(Min(ms, (int64) max_ms), (int64) min_ms);
+	/* In double: a limit of petabytes would overflow the product. */
+	ms = (double) (level - usage) * GM_GLANCE_RATE_MS / GM_BURST_PER_CPU / ncpu;
+	if (ms >= max_ms)
+		return max_ms;
+	return Max((int) ms, min_ms);
 }
 
 /*

@@ -9,7 +9,8 @@
  * Started when the module is preloaded.  Every GM_MONITOR_TICK_MS it reads
  * what limits the server's memory and how much of it is used (memsource.c
  * finds and reads the cgroup, or the whole machine); a guard that acts
- * glances at the usage alone every GM_GUARD_TICK_MS in between.
+ * glances at the usage alone in between, up to every GM_GUARD_TICK_MS
+ * where a burst could reach the level it watches for by the next look.
  *
  * It acts in proportion.  Pressure starts when the usage reaches
  * glibc_malloc.monitor_fraction of the limit and ends below that fraction
@@ -1204,11 +1205,18 @@ monitor_wait(int64 looked, int tick_ms)
 		int64		usage;
 		int			rc;
 
-		/* Counted from when the usage was read, not from the look's end. */
+		/*
+		 * Counted from when the usage was read, not from the look's end; none
+		 * before the look when no burst could get there by then.
+		 */
 		if (glance_limit > 0)
-			left = Min(left, Max(gm_guard_glance_ms(glance_limit, glance_usage, glance_measuring,
-													glance_ncpu, GM_GUARD_TICK_MS, tick_ms) -
-								 (long) ((gm_monotonic_usec() - glance_read_at) / 1000), 0));
+		{
+			int			glance_ms = gm_guard_glance_ms(glance_limit, glance_usage, glance_measuring,
+													   glance_ncpu, GM_GUARD_TICK_MS, tick_ms);
+
+			if (glance_ms < tick_ms)
+				left = Min(left, Max(glance_ms - (long) ((gm_monotonic_usec() - glance_read_at) / 1000), 0));
+		}
 		rc = WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
 					   left, PG_WAIT_EXTENSION);
 		if (rc & WL_LATCH_SET)

@@ -732,8 +732,9 @@ main(void)
 		ok(gm_guard_glance_ms(-1, 200 * MB, false, 2, 50, 250) == 50 &&
 		   gm_guard_glance_ms(8192 * MB, -1, false, 2, 50, 250) == 50 &&
 		   gm_guard_glance_ms(8192 * MB, 200 * MB, false, 0, 50, 250) == 50 &&
-		   gm_guard_glance_ms(8192 * MB, 200 * MB, false, 2, 50, 30) == 50,
-		   "no limit, usage unknown, CPUs unknown: every 50 ms; never less than the minimum");
+		   gm_guard_glance_ms(8192 * MB, 200 * MB, false, 2, 50, 30) == 50 &&
+		   gm_guard_glance_ms((int64) 1 << 59, 200 * MB, false, 2, 50, 250) == 250,
+		   "no limit, usage unknown, CPUs unknown: every 50 ms; never less than the minimum; a limit of 2^59 bytes does not overflow");
 	}
 
 	/* The admission of statements waiting for memory (memory_wait). */
