@@ -411,6 +411,7 @@ typedef struct GmWaitLook
 extern int	gm_shmem_wait_note_look(GmWaitLook *looks);
 extern void gm_shmem_wait_publish(int64 room, int64 ceiling, const GmWaitLook *looks, int n);
 extern int64 gm_shmem_wait_note_base(void);
+extern void gm_shmem_wait_set_base(int64 vm, int64 rss);
 extern bool gm_shmem_wait_hopeless(void);
 extern bool gm_shmem_wait_admitted(void);
 extern bool gm_shmem_wait_granted(int64 *grant);

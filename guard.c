@@ -390,6 +390,15 @@ gm_guard_measures_mapped(int64 exec_peak, int64 mapped_peak)
 	return exec_peak < 0 || Max(exec_peak, mapped_peak) >= GM_WAIT_MIN_NEED;
 }
 
+/* The first round's queueing: the statement's need, its wait, its VmData and RssAnon before. */
+typedef struct GmFirstRound
+{
+	int64		need;
+	int64		patience_ms;
+	int64		vm;				/* -1: unread */
+	int64		rss;
+} GmFirstRound;
+
 /* What a round of the admission says of this process's statement. */
 typedef enum GmRound
 {
@@ -408,10 +417,13 @@ typedef enum GmRound
  * most ever available (the ceiling) is the target less what the guard
  * cannot move.  due: this process's statement runs now if it does not fit
  * (it gets a grant then); *hopeless: its need is above the ceiling (it
- * gets a grant at once).
+ * gets a grant at once); *grant: a grant's bytes.  The first round
+ * (first, not NULL) queues the statement under the same lock, and notes
+ * the VmData read before it as its base if it is admitted at once: one
+ * lock for a statement that fits, with gm_shmem_wait_leave's none.
  */
 static GmRound
-admission_round(int64 now, bool due, bool *hopeless)
+admission_round(int64 now, bool due, bool *hopeless, int64 *grant, const GmFirstRound *first)
 {
 	int64		outstanding;
 	int64		room;
@@ -420,6 +432,8 @@ admission_round(int64 now, bool due, bool *hopeless)
 	GmRound		r;
 
 	gm_shmem_wait_lock();
+	if (first != NULL)
+		gm_shmem_wait_enqueue(first->need, first->patience_ms, now);
 	n = gm_shmem_wait_collect(admit_buf, admit_max, now, &outstanding, &room, &ceiling);
 	if (!gm_shmem_wait_admitted() && room < 0)
 		r = GM_ROUND_NO_LOOK;
@@ -429,12 +443,10 @@ admission_round(int64 now, bool due, bool *hopeless)
 			admit_buf[i].due = admit_buf[i].mine && due;
 		(void) gm_guard_admit(room - outstanding, ceiling, admit_buf, n);
 		gm_shmem_wait_admit(admit_buf, n);
-		{
-			int64		grant;
-
-			r = !gm_shmem_wait_admitted() ? GM_ROUND_WAIT :
-				gm_shmem_wait_granted(&grant) ? GM_ROUND_GRANTED : GM_ROUND_ADMITTED;
-		}
+		r = !gm_shmem_wait_admitted() ? GM_ROUND_WAIT :
+			gm_shmem_wait_granted(grant) ? GM_ROUND_GRANTED : GM_ROUND_ADMITTED;
+		if (r != GM_ROUND_WAIT && first != NULL && first->vm >= 0)
+			gm_shmem_wait_set_base(first->vm, first->rss);
 	}
 	*hopeless = gm_shmem_wait_hopeless();
 	gm_shmem_wait_unlock();
@@ -445,7 +457,7 @@ admission_round(int64 now, bool due, bool *hopeless)
 	return r;
 }
 
-static GmRound wait_loop(int64 start, bool *timed_out, bool *hopeless);
+static GmRound wait_loop(int64 start, bool *timed_out, bool *hopeless, int64 *grant);
 static int64 wait_for_need(int64 need);
 
 /*
@@ -514,6 +526,8 @@ wait_for_need(int64 need)
 {
 	int64		start;
 	int64		waited = 0;
+	int64		grant = 0;
+	GmFirstRound first;
 	GmRound		r;
 	bool		hopeless = false;
 	volatile bool timed_out = false;
@@ -530,13 +544,14 @@ wait_for_need(int64 need)
 			exit_hook = true;
 		}
 	}
+	first.need = need;
+	first.patience_ms = wait_ms();
+	/* Its base if it is admitted at once: read before the lock, not under it. */
+	first.vm = gm_proc_status_bytes(0, "VmData:");
+	first.rss = gm_proc_status_bytes(0, "RssAnon:");
 	start = gm_monotonic_usec();
-	gm_shmem_wait_lock();
-	gm_shmem_wait_enqueue(need, wait_ms(), start);
-	gm_shmem_wait_unlock();
 	wait_entered = true;
-
-	r = admission_round(start, wait_ms() == 0, &hopeless);
+	r = admission_round(start, first.patience_ms == 0, &hopeless, &grant, &first);
 	if (r == GM_ROUND_WAIT)
 	{
 		gm_shmem_wait_count(GM_WAIT_WAITS, 1);
@@ -548,7 +563,7 @@ wait_for_need(int64 need)
 		 */
 		PG_TRY();
 		{
-			r = wait_loop(start, (bool *) &timed_out, &hopeless);
+			r = wait_loop(start, (bool *) &timed_out, &hopeless, &grant);
 		}
 		PG_CATCH();
 		{
@@ -561,7 +576,7 @@ wait_for_need(int64 need)
 		gm_shmem_wait_count(GM_WAIT_USEC, waited);
 		/* Its wait ran out: admitted if it fits now, else with a grant. */
 		if (timed_out)
-			r = admission_round(gm_monotonic_usec(), true, &hopeless);
+			r = admission_round(gm_monotonic_usec(), true, &hopeless, &grant, NULL);
 		if (timed_out && r != GM_ROUND_ADMITTED)
 			gm_shmem_wait_count(GM_WAIT_TIMEOUTS, 1);
 	}
@@ -570,7 +585,8 @@ wait_for_need(int64 need)
 		case GM_ROUND_ADMITTED:
 			{
 				uint32		looks0 = gm_shmem_wait_looks();
-				int64		base = gm_shmem_wait_note_base();
+				/* Admitted at the first round: its base is noted. */
+				int64		base = waited == 0 ? first.vm : gm_shmem_wait_note_base();
 
 				if (base >= 0)
 					wait_for_reserved_limit(base + need, looks0);
@@ -578,12 +594,7 @@ wait_for_need(int64 need)
 			}
 		case GM_ROUND_GRANTED:
 			{
-				int64		grant = 0;
-
-				gm_shmem_wait_lock();
-				(void) gm_shmem_wait_granted(&grant);
-				gm_shmem_wait_unlock();
-				grant_set(gm_shmem_wait_note_base(), grant);
+				grant_set(waited == 0 ? first.vm : gm_shmem_wait_note_base(), grant);
 				/* A timeout is counted in wait_timeouts. */
 				if (!timed_out && wait_ms() == 0)
 					gm_shmem_wait_count(GM_WAIT_UNRESERVED, 1);
@@ -615,7 +626,7 @@ wait_for_need(int64 need)
  * GM_ROUND_GRANTED: its need is above the ceiling, *hopeless).
  */
 static GmRound
-wait_loop(int64 start, bool *timed_out, bool *hopeless)
+wait_loop(int64 start, bool *timed_out, bool *hopeless, int64 *grant)
 {
 	int64		next_lock_check = start;
 
@@ -648,7 +659,7 @@ wait_loop(int64 start, bool *timed_out, bool *hopeless)
 						 Min(left_ms, GM_WAIT_POLL_MS), gm_memory_wait_event());
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
-		r = admission_round(gm_monotonic_usec(), false, hopeless);
+		r = admission_round(gm_monotonic_usec(), false, hopeless, grant, NULL);
 		if (r != GM_ROUND_WAIT)
 			return r;
 	}

@@ -75,10 +75,16 @@ typedef enum GmWaitState
 								 * grows again (gm_shmem_wait_publish) */
 } GmWaitState;
 
-/* Under GmShared's wait_lock. */
+/*
+ * Under GmShared's wait_lock, but for ended: the owner ends its admitted
+ * statement's reservation without the lock (gm_shmem_wait_leave), and
+ * whoever reads the state under the lock reads it through wait_state.
+ */
 typedef struct GmWaitSlot
 {
 	GmWaitState state;
+	pg_atomic_uint32 ended;		/* 1: ADMITTED or RETURNED ended, counts as
+								 * NONE (the owner's, set without the lock) */
 	int			pid;
 	uint64		arrival;		/* the queue's order */
 	int64		need;			/* bytes: WAITING's need, ADMITTED's reservation */
@@ -172,6 +178,8 @@ typedef struct GmShared
 								 * move; -1 = unknown */
 	pg_atomic_uint64 wait_counts[GM_NWAIT_COUNTS];
 	pg_atomic_uint32 wait_looks;	/* the monitor's looks published */
+	pg_atomic_uint32 wait_waiting;	/* slots WAITING (changed under
+									 * wait_lock; read without it) */
 	int			nslots;
 	GmSlot		slots[FLEXIBLE_ARRAY_MEMBER];
 } GmShared;
@@ -237,6 +245,7 @@ gm_shmem_startup(void)
 			pg_atomic_init_u64(&shared->slots[i].guard_limit, GM_NO_LIMIT);
 			pg_atomic_init_u32(&shared->slots[i].worker_limit_oom, 0);
 			pg_atomic_init_u32(&shared->slots[i].guard_starts, 0);
+			pg_atomic_init_u32(&shared->slots[i].wait.ended, 0);
 		}
 		pg_atomic_init_u64(&shared->oom_errors[0], 0);
 		pg_atomic_init_u64(&shared->oom_errors[1], 0);
@@ -247,6 +256,7 @@ gm_shmem_startup(void)
 		for (int k = 0; k < GM_NWAIT_COUNTS; k++)
 			pg_atomic_init_u64(&shared->wait_counts[k], 0);
 		pg_atomic_init_u32(&shared->wait_looks, 0);
+		pg_atomic_init_u32(&shared->wait_waiting, 0);
 		shared->counters_since = GetCurrentTimestamp();
 	}
 	LWLockRelease(AddinShmemInitLock);
@@ -360,6 +370,7 @@ claim_slot(void)
 	slot->guard_working = false;
 	slot->guard_in_statement = false;
 	slot->wait.state = GM_WAIT_NONE;	/* a crashed predecessor's: none survive */
+	pg_atomic_write_u32(&slot->wait.ended, 0);
 	slot->changecount++;
 	pg_write_barrier();
 	memset(&slot->snap, 0, sizeof(slot->snap));
@@ -1176,6 +1187,13 @@ gm_shmem_oom_counts(int64 *cap, int64 *guard)
  * runs the rounds.
  */
 
+/* A slot's state, an ended reservation as none. */
+static inline GmWaitState
+wait_state(GmWaitSlot *ws)
+{
+	return pg_atomic_read_u32(&ws->ended) != 0 ? GM_WAIT_NONE : ws->state;
+}
+
 /* Whether the queue exists and this process has its slot. */
 bool
 gm_shmem_wait_ready(void)
@@ -1203,7 +1221,11 @@ gm_shmem_wait_enqueue(int64 need, int64 patience_ms, int64 now)
 {
 	GmWaitSlot *w = &my_slot->wait;
 
+	w->latch = MyLatch;
+	if (wait_state(w) != GM_WAIT_WAITING)
+		pg_atomic_fetch_add_u32(&shared->wait_waiting, 1);
 	w->state = GM_WAIT_WAITING;
+	pg_atomic_write_u32(&w->ended, 0);
 	w->pid = MyProcPid;
 	w->arrival = ++shared->wait_arrivals;
 	w->need = need;
@@ -1215,7 +1237,6 @@ gm_shmem_wait_enqueue(int64 need, int64 patience_ms, int64 now)
 	w->look_gap = 0;
 	w->hopeless = false;
 	w->granted = false;
-	w->latch = MyLatch;
 }
 
 /*
@@ -1260,8 +1281,9 @@ gm_shmem_wait_collect(GmAdmitWaiter *w, int max, int64 now, int64 *outstanding,
 	for (int i = 0; i < shared->nslots; i++)
 	{
 		GmWaitSlot *ws = &shared->slots[i].wait;
+		GmWaitState st = wait_state(ws);
 
-		if (ws->state == GM_WAIT_ADMITTED || ws->state == GM_WAIT_RETURNED)
+		if (st == GM_WAIT_ADMITTED || st == GM_WAIT_RETURNED)
 		{
 			int64		grown = ws->base_vmdata >= 0 && ws->look_vmdata >= 0 ?
 				ws->look_vmdata - ws->base_vmdata : 0;
@@ -1271,9 +1293,9 @@ gm_shmem_wait_collect(GmAdmitWaiter *w, int max, int64 now, int64 *outstanding,
 				ws->state = GM_WAIT_NONE;
 			else
 				*outstanding += gm_guard_outstanding(ws->need, grown, ws->look_gap,
-													 ws->state == GM_WAIT_RETURNED);
+													 st == GM_WAIT_RETURNED);
 		}
-		else if (ws->state == GM_WAIT_WAITING && n < max)
+		else if (st == GM_WAIT_WAITING && n < max)
 		{
 			w[n].id = i;
 			w[n].arrival = ws->arrival;
@@ -1305,12 +1327,13 @@ gm_shmem_wait_admit(const GmAdmitWaiter *w, int n)
 		if (w[i].id < 0 || w[i].id >= shared->nslots)
 			continue;
 		ws = &shared->slots[w[i].id].wait;
-		if (ws->state != GM_WAIT_WAITING)
+		if (wait_state(ws) != GM_WAIT_WAITING)
 			continue;
 		ws->hopeless = w[i].hopeless;
 		if (!w[i].admit && !w[i].granted)
 			continue;
 		ws->state = GM_WAIT_ADMITTED;
+		pg_atomic_fetch_sub_u32(&shared->wait_waiting, 1);
 		ws->granted = !w[i].admit;
 		if (ws->granted)
 			ws->need = w[i].grant;
@@ -1369,8 +1392,9 @@ gm_shmem_wait_note_look(GmWaitLook *looks)
 	{
 		GmWaitSlot *ws = &shared->slots[i].wait;
 		GmWaitLook *lk = &looks[n];
+		GmWaitState st = wait_state(ws);
 
-		if ((ws->state != GM_WAIT_ADMITTED && ws->state != GM_WAIT_RETURNED) || ws->pid == 0)
+		if ((st != GM_WAIT_ADMITTED && st != GM_WAIT_RETURNED) || ws->pid == 0)
 			continue;
 		lk->slot = i;
 		lk->pid = ws->pid;
@@ -1415,12 +1439,13 @@ retake_reservations(int64 room, int64 now)
 	for (int i = 0; i < shared->nslots; i++)
 	{
 		GmWaitSlot *ws = &shared->slots[i].wait;
+		GmWaitState st = wait_state(ws);
 
-		if (ws->state == GM_WAIT_ADMITTED || ws->state == GM_WAIT_RETURNED)
+		if (st == GM_WAIT_ADMITTED || st == GM_WAIT_RETURNED)
 			left -= gm_guard_outstanding(ws->need, ws->look_vmdata >= 0 && ws->base_vmdata >= 0 ?
 										 ws->look_vmdata - ws->base_vmdata : 0, ws->look_gap,
-										 ws->state == GM_WAIT_RETURNED);
-		else if (ws->state == GM_WAIT_WAITING && !ws->hopeless)
+										 st == GM_WAIT_RETURNED);
+		else if (st == GM_WAIT_WAITING && !ws->hopeless)
 			left -= ws->need;	/* a waiter comes before a retake */
 	}
 	for (int i = 0; i < shared->nslots; i++)
@@ -1428,7 +1453,7 @@ retake_reservations(int64 room, int64 now)
 		GmWaitSlot *ws = &shared->slots[i].wait;
 		int64		rest;
 
-		if (ws->state != GM_WAIT_RETURNED || ws->grew_at != now ||
+		if (wait_state(ws) != GM_WAIT_RETURNED || ws->grew_at != now ||
 			ws->look_vmdata < 0 || ws->base_vmdata < 0 ||
 			reserved_wait(i, ws->pid) != GM_RESERVED_RUNS)
 			continue;
@@ -1471,8 +1496,9 @@ gm_shmem_wait_publish(int64 room, int64 ceiling, const GmWaitLook *looks, int n)
 	for (int k = 0; k < n; k++)
 	{
 		GmWaitSlot *ws = &shared->slots[looks[k].slot].wait;
+		GmWaitState st = wait_state(ws);
 
-		if ((ws->state != GM_WAIT_ADMITTED && ws->state != GM_WAIT_RETURNED) ||
+		if ((st != GM_WAIT_ADMITTED && st != GM_WAIT_RETURNED) ||
 			ws->pid != looks[k].pid || ws->arrival != looks[k].arrival)
 			continue;
 		if (looks[k].grew)
@@ -1487,7 +1513,7 @@ gm_shmem_wait_publish(int64 room, int64 ceiling, const GmWaitLook *looks, int n)
 			ws->state = GM_WAIT_NONE;
 			grew = true;
 		}
-		else if (ws->state == GM_WAIT_ADMITTED && !ws->granted && looks[k].returns &&
+		else if (wait_state(ws) == GM_WAIT_ADMITTED && !ws->granted && looks[k].returns &&
 				 ws->need > looks[k].vmdata - ws->base_vmdata)
 		{
 			/* What it has not mapped of its need goes back (its gap stays counted). */
@@ -1495,7 +1521,7 @@ gm_shmem_wait_publish(int64 room, int64 ceiling, const GmWaitLook *looks, int n)
 			pg_atomic_fetch_add_u64(&shared->wait_counts[GM_WAIT_RETURNS], 1);
 			grew = true;
 		}
-		else if (ws->state == GM_WAIT_RETURNED && looks[k].grew &&
+		else if (wait_state(ws) == GM_WAIT_RETURNED && looks[k].grew &&
 				 looks[k].wait == GM_RESERVED_RUNS)
 			retake = true;
 	}
@@ -1507,7 +1533,7 @@ gm_shmem_wait_publish(int64 room, int64 ceiling, const GmWaitLook *looks, int n)
 		{
 			GmWaitSlot *ws = &shared->slots[i].wait;
 
-			if (ws->state == GM_WAIT_WAITING && ws->latch != NULL)
+			if (wait_state(ws) == GM_WAIT_WAITING && ws->latch != NULL)
 				SetLatch(ws->latch);
 		}
 	LWLockRelease(shared->wait_lock);
@@ -1534,33 +1560,44 @@ gm_shmem_wait_note_base(void)
 	int64		vm;
 	int64		rss;
 
-	if (!gm_shmem_wait_ready() || my_slot->wait.state != GM_WAIT_ADMITTED)
+	if (!gm_shmem_wait_ready() || wait_state(&my_slot->wait) != GM_WAIT_ADMITTED)
 		return -1;
 	vm = gm_proc_status_bytes(0, "VmData:");
 	rss = gm_proc_status_bytes(0, "RssAnon:");
 	LWLockAcquire(shared->wait_lock, LW_EXCLUSIVE);
-	if (my_slot->wait.state == GM_WAIT_ADMITTED && my_slot->wait.pid == MyProcPid &&
+	gm_shmem_wait_set_base(vm, rss);
+	LWLockRelease(shared->wait_lock);
+	return vm;
+}
+
+/*
+ * Under the lock: this process's admitted statement counts its growth
+ * from VmData vm and its gap from VmData less RssAnon rss (read awake,
+ * admitted or just before the round that admitted it), unless noted.
+ */
+void
+gm_shmem_wait_set_base(int64 vm, int64 rss)
+{
+	if (wait_state(&my_slot->wait) == GM_WAIT_ADMITTED && my_slot->wait.pid == MyProcPid &&
 		my_slot->wait.base_vmdata < 0)
 	{
 		my_slot->wait.base_vmdata = vm;
 		my_slot->wait.base_gap = vm >= 0 && rss >= 0 ? Max(vm - rss, 0) : 0;
 	}
-	LWLockRelease(shared->wait_lock);
-	return vm;
 }
 
 /* Under the lock: whether this process's statement is hopeless (above the ceiling). */
 bool
 gm_shmem_wait_hopeless(void)
 {
-	return my_slot->wait.state != GM_WAIT_NONE && my_slot->wait.hopeless;
+	return wait_state(&my_slot->wait) != GM_WAIT_NONE && my_slot->wait.hopeless;
 }
 
 /* Under the lock: whether this process's statement was admitted (with its need or a grant). */
 bool
 gm_shmem_wait_admitted(void)
 {
-	return my_slot->wait.state == GM_WAIT_ADMITTED;
+	return wait_state(&my_slot->wait) == GM_WAIT_ADMITTED;
 }
 
 /* Under the lock: whether this process's statement runs with a grant, and of how much (*grant). */
@@ -1568,39 +1605,64 @@ bool
 gm_shmem_wait_granted(int64 *grant)
 {
 	*grant = my_slot->wait.need;
-	return my_slot->wait.state == GM_WAIT_ADMITTED && my_slot->wait.granted;
+	return wait_state(&my_slot->wait) == GM_WAIT_ADMITTED && my_slot->wait.granted;
 }
 
 /*
- * This process's statement leaves the queue or ends its reservation
- * (takes the lock); wakes the waiters if that freed a reservation, so
- * that they look again.  Allocates nothing and raises no error of its own:
- * from abort and exit callbacks too.
+ * This process's statement leaves the queue (under the lock: a round may
+ * be admitting it) or ends its reservation (without the lock: its slot's
+ * ended flag); wakes the waiters if that freed a reservation, so that
+ * they look again.  A waiter counts itself in wait_waiting under the lock
+ * before its round reads the slots, and the flag is set before the count
+ * is read: either its round sees the reservation ended or it is woken.
+ * Allocates nothing and raises no error of its own: from abort and exit
+ * callbacks too.
  */
 void
 gm_shmem_wait_leave(void)
 {
 	GmSlot	   *slot = my_slot;
-	bool		freed;
-	bool		held;
+	GmWaitState st;
 
 	if (shared == NULL || slot == NULL || my_slot_pid != MyProcPid)
 		return;
-	if (slot->wait.state == GM_WAIT_NONE)
+	/* Only this process makes its slot WAITING: otherwise it stays out of it. */
+	st = wait_state(&slot->wait);
+	if (st == GM_WAIT_NONE)
 		return;
-	/* An exit while a round held the lock: nobody else can take it anyway. */
-	held = LWLockHeldByMe(shared->wait_lock);
-	if (!held)
-		LWLockAcquire(shared->wait_lock, LW_EXCLUSIVE);
-	freed = slot->wait.state == GM_WAIT_ADMITTED || slot->wait.state == GM_WAIT_RETURNED;
-	slot->wait.state = GM_WAIT_NONE;
-	slot->wait.latch = NULL;
-	if (freed)
-		for (int i = 0; i < shared->nslots; i++)
-			if (shared->slots[i].wait.state == GM_WAIT_WAITING && shared->slots[i].wait.latch != NULL)
-				SetLatch(shared->slots[i].wait.latch);
-	if (!held)
-		LWLockRelease(shared->wait_lock);
+	if (st == GM_WAIT_WAITING)
+	{
+		/* An exit while a round held the lock: nobody else can take it anyway. */
+		bool		held = LWLockHeldByMe(shared->wait_lock);
+
+		if (!held)
+			LWLockAcquire(shared->wait_lock, LW_EXCLUSIVE);
+		st = wait_state(&slot->wait);
+		if (st == GM_WAIT_WAITING)
+		{
+			slot->wait.state = GM_WAIT_NONE;
+			pg_atomic_fetch_sub_u32(&shared->wait_waiting, 1);
+		}
+		else if (st != GM_WAIT_NONE)
+			pg_atomic_write_u32(&slot->wait.ended, 1);	/* admitted meanwhile */
+		if (!held)
+			LWLockRelease(shared->wait_lock);
+		if (st == GM_WAIT_WAITING || st == GM_WAIT_NONE)
+			return;
+	}
+	else
+		(void) pg_atomic_exchange_u32(&slot->wait.ended, 1);	/* a full barrier */
+	/* Wake the waiters, without the lock: a latch that is no longer theirs wakes for nothing. */
+	if (pg_atomic_read_u32(&shared->wait_waiting) == 0)
+		return;
+	for (int i = 0; i < shared->nslots; i++)
+	{
+		GmWaitSlot *ws = &shared->slots[i].wait;
+		struct Latch *latch = ws->latch;
+
+		if (ws->state == GM_WAIT_WAITING && latch != NULL && ws != &slot->wait)
+			SetLatch(latch);
+	}
 }
 
 /* Add to one of the wait counts (glibc_malloc_guard). */
@@ -1629,7 +1691,7 @@ gm_shmem_waits_for_memory(int slotno, int pid)
 {
 	GmWaitSlot *ws = &shared->slots[slotno].wait;
 
-	return ws->state == GM_WAIT_WAITING && ws->pid == pid;
+	return wait_state(ws) == GM_WAIT_WAITING && ws->pid == pid;
 }
 
 /*
@@ -1643,10 +1705,10 @@ gm_shmem_wait_reserved(int slotno, int pid, int64 vmdata)
 	GmWaitSlot *ws = &shared->slots[slotno].wait;
 	int64		left = 0;
 
-	if (ws->state != GM_WAIT_ADMITTED)
+	if (wait_state(ws) != GM_WAIT_ADMITTED)
 		return 0;
 	LWLockAcquire(shared->wait_lock, LW_SHARED);
-	if (ws->state == GM_WAIT_ADMITTED && ws->pid == pid && ws->base_vmdata >= 0 &&
+	if (wait_state(ws) == GM_WAIT_ADMITTED && ws->pid == pid && ws->base_vmdata >= 0 &&
 		!waits_for_client(slotno, pid))
 		left = Max(ws->need - Max(vmdata - ws->base_vmdata, 0), 0);
 	LWLockRelease(shared->wait_lock);
