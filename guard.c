@@ -120,7 +120,7 @@ wait_ms(void)
 	return Min(memory_wait, max_memory_wait);
 }
 
-/* This process's statement is queued or admitted (gm_shmem_wait_leave due). */
+/* This process's statement is queued or admitted, or about to be (gm_shmem_wait_leave due). */
 static bool wait_entered = false;
 
 /* The admission's array (one per slot) and a context for the lock check. */
@@ -585,8 +585,8 @@ wait_for_need(int64 need)
 		case GM_ROUND_ADMITTED:
 			{
 				uint32		looks0 = gm_shmem_wait_looks();
-				/* Admitted at the first round: its base is noted. */
-				int64		base = waited == 0 ? first.vm : gm_shmem_wait_note_base();
+				/* Admitted at the first round: its base is noted (read again if it was unreadable). */
+				int64		base = waited == 0 && first.vm >= 0 ? first.vm : gm_shmem_wait_note_base();
 
 				if (base >= 0)
 					wait_for_reserved_limit(base + need, looks0);
@@ -594,7 +594,7 @@ wait_for_need(int64 need)
 			}
 		case GM_ROUND_GRANTED:
 			{
-				grant_set(waited == 0 ? first.vm : gm_shmem_wait_note_base(), grant);
+				grant_set(waited == 0 && first.vm >= 0 ? first.vm : gm_shmem_wait_note_base(), grant);
 				/* A timeout is counted in wait_timeouts. */
 				if (!timed_out && wait_ms() == 0)
 					gm_shmem_wait_count(GM_WAIT_UNRESERVED, 1);

@@ -79,6 +79,7 @@ typedef enum GmWaitState
  * Under GmShared's wait_lock, but for ended: the owner ends its admitted
  * statement's reservation without the lock (gm_shmem_wait_leave), and
  * whoever reads the state under the lock reads it through wait_state.
+ * gm_shmem_wait_leave also reads state and latch without the lock.
  */
 typedef struct GmWaitSlot
 {
@@ -90,7 +91,8 @@ typedef struct GmWaitSlot
 	int64		need;			/* bytes: WAITING's need, ADMITTED's reservation */
 	int64		since;			/* gm_monotonic_usec() it queued */
 	int64		patience_ms;	/* its memory_wait */
-	int64		base_vmdata;	/* ADMITTED: VmData when its process woke
+	int64		base_vmdata;	/* ADMITTED: VmData read just before the round
+								 * that admitted it, or when its process woke
 								 * admitted; -1 = not yet */
 	int64		look_vmdata;	/* ADMITTED: VmData at the monitor's last look
 								 * since, the look wait_room is of; -1 = none */
@@ -154,7 +156,8 @@ typedef struct GmSlot
 
 	/*
 	 * A statement waiting for memory, or admitted with a reservation
-	 * (glibc_malloc.memory_wait): under the shared wait lock.
+	 * (glibc_malloc.memory_wait): under the shared wait lock (GmWaitSlot
+	 * says what is read or written without it).
 	 */
 	GmWaitSlot	wait;
 } GmSlot;
@@ -1182,8 +1185,8 @@ gm_shmem_oom_counts(int64 *cap, int64 *guard)
 
 /*
  * glibc_malloc.memory_wait's queue: one entry per slot, under wait_lock
- * (an LWLock: a round reads /proc of the admitted, and an ERROR while it
- * is held releases it).  The admission itself is guard_policy.c's; guard.c
+ * (an LWLock: the monitor reads /proc between two holds of it, and an
+ * ERROR while it is held releases it).  The admission itself is guard_policy.c's; guard.c
  * runs the rounds.
  */
 
@@ -1215,17 +1218,22 @@ gm_shmem_wait_unlock(void)
 	LWLockRelease(shared->wait_lock);
 }
 
-/* Under the lock: queue this process's statement, needing need bytes. */
+/*
+ * Under the lock: queue this process's statement, needing need bytes (its
+ * slot WAITING, its ended flag cleared, counted in wait_waiting).
+ */
 void
 gm_shmem_wait_enqueue(int64 need, int64 patience_ms, int64 now)
 {
 	GmWaitSlot *w = &my_slot->wait;
+	bool		was_waiting = wait_state(w) == GM_WAIT_WAITING;
 
 	w->latch = MyLatch;
-	if (wait_state(w) != GM_WAIT_WAITING)
-		pg_atomic_fetch_add_u32(&shared->wait_waiting, 1);
 	w->state = GM_WAIT_WAITING;
 	pg_atomic_write_u32(&w->ended, 0);
+	/* Counted after its state and latch are stored (a full barrier), before the round reads the slots. */
+	if (!was_waiting)
+		pg_atomic_fetch_add_u32(&shared->wait_waiting, 1);
 	w->pid = MyProcPid;
 	w->arrival = ++shared->wait_arrivals;
 	w->need = need;
@@ -1314,8 +1322,8 @@ gm_shmem_wait_collect(GmAdmitWaiter *w, int max, int64 now, int64 *outstanding,
 
 /*
  * Under the lock: admit the waiters the admission chose, with their need
- * or with a grant (their slots hold their reservations from now on), and
- * wake them.
+ * or with a grant (their slots hold their reservations from now on, and
+ * leave wait_waiting), and wake them.
  */
 void
 gm_shmem_wait_admit(const GmAdmitWaiter *w, int n)
@@ -1337,7 +1345,7 @@ gm_shmem_wait_admit(const GmAdmitWaiter *w, int n)
 		ws->granted = !w[i].admit;
 		if (ws->granted)
 			ws->need = w[i].grant;
-		ws->base_vmdata = -1;	/* the process notes it, awake */
+		ws->base_vmdata = -1;	/* the process notes it (gm_shmem_wait_set_base) */
 		ws->base_gap = 0;
 		ws->look_vmdata = -1;
 		ws->look_gap = 0;
@@ -1632,7 +1640,7 @@ gm_shmem_wait_leave(void)
 		return;
 	if (st == GM_WAIT_WAITING)
 	{
-		/* An exit while a round held the lock: nobody else can take it anyway. */
+		/* An exit, or the wait's PG_CATCH, while a round held the lock. */
 		bool		held = LWLockHeldByMe(shared->wait_lock);
 
 		if (!held)
@@ -1655,6 +1663,7 @@ gm_shmem_wait_leave(void)
 	/* Wake the waiters, without the lock: a latch that is no longer theirs wakes for nothing. */
 	if (pg_atomic_read_u32(&shared->wait_waiting) == 0)
 		return;
+	pg_read_barrier();			/* their states and latches after the count */
 	for (int i = 0; i < shared->nslots; i++)
 	{
 		GmWaitSlot *ws = &shared->slots[i].wait;

@@ -49,15 +49,15 @@ my $script = PostgreSQL::Test::Utils::tempdir() . '/idle.sql';
 write_file($script, "LISTEN ch;\nSELECT 1;\n\\sleep 2 s\n");
 
 my ($out, $err) = ('', '');
-my $bench = IPC::Run::start([ 'pgbench', '-n', '-c', $sessions, '-j', 4, '-T', $seconds, '-f', $script, $node->connstr('postgres') ],
+my $bench = IPC::Run::start([ 'pgbench', '-n', '-c', $sessions, '-j', 4, '-T', $seconds, '-f', $script, $node->connstr('postgres') . ' application_name=idle' ],
 	'<', \undef, '>', \$out, '2>', \$err, IPC::Run::timeout($seconds + $PostgreSQL::Test::Utils::timeout_default));
-ok(wait_for(sub { $node->safe_psql('postgres', "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'") >= $sessions }, 30),
+ok(wait_for(sub { $node->safe_psql('postgres', "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'idle'") >= $sessions }, 30),
 	"$sessions sessions connected");
 # Their pids, before the guard engages: once it does, a new session's first
 # query has its 1 MB reserve and no more (the reserves take the budget), and
 # reading pg_stat_activity's 270 slots with a cold catalog cache takes more.
 my @pids = split /\n/, $node->safe_psql('postgres',
-	"SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()");
+	"SELECT pid FROM pg_stat_activity WHERE application_name = 'idle'");
 is(scalar @pids, $sessions, "the $sessions sessions' pids");
 
 # A sidecar holds the usage 40 MB below the guard's target.
