@@ -520,6 +520,17 @@ gm_guard_wait_for_memory(int64 exec_peak, int64 mapped_peak)
 						 (int64) (exec_peak * GM_WAIT_NEED_FACTOR));
 }
 
+/*
+ * The VmData an admitted or granted statement counts from: the first
+ * round's, noted under its lock, when it was admitted at once; else (it
+ * waited, or that read failed) read and noted now.
+ */
+static int64
+admitted_base(int64 waited, const GmFirstRound *first)
+{
+	return waited == 0 && first->vm >= 0 ? first->vm : gm_shmem_wait_note_base();
+}
+
 /* gm_guard_wait_for_memory's work, for a need of need bytes. */
 static int64
 wait_for_need(int64 need)
@@ -585,8 +596,7 @@ wait_for_need(int64 need)
 		case GM_ROUND_ADMITTED:
 			{
 				uint32		looks0 = gm_shmem_wait_looks();
-				/* Admitted at the first round: its base is noted (read again if it was unreadable). */
-				int64		base = waited == 0 && first.vm >= 0 ? first.vm : gm_shmem_wait_note_base();
+				int64		base = admitted_base(waited, &first);
 
 				if (base >= 0)
 					wait_for_reserved_limit(base + need, looks0);
@@ -594,7 +604,7 @@ wait_for_need(int64 need)
 			}
 		case GM_ROUND_GRANTED:
 			{
-				grant_set(waited == 0 && first.vm >= 0 ? first.vm : gm_shmem_wait_note_base(), grant);
+				grant_set(admitted_base(waited, &first), grant);
 				/* A timeout is counted in wait_timeouts. */
 				if (!timed_out && wait_ms() == 0)
 					gm_shmem_wait_count(GM_WAIT_UNRESERVED, 1);

@@ -30,31 +30,59 @@ sub monitor
 	return \%m;
 }
 
-# Write files into a directory, as the kernel formats them.
+# Write files into a directory, as the kernel formats them, in the order
+# given, each at once (a new file renamed over the old: the monitor never
+# reads one empty or half written).
 sub write_files
 {
-	my ($d, %files) = @_;
+	my ($d, @files) = @_;
 	mkdir $d;
-	while (my ($f, $v) = each %files)
+	while (my ($f, $v) = splice(@files, 0, 2))
 	{
-		open my $fh, '>', "$d/$f" or die "$d/$f: $!";
+		open my $fh, '>', "$d/.$f.new" or die "$d/.$f.new: $!";
 		print $fh $v;
-		close $fh;
+		close $fh or die "$d/.$f.new: $!";
+		rename "$d/.$f.new", "$d/$f" or die "$d/$f: $!";
 	}
 }
 
-# A cgroup v2 directory with usage, limits and pressure.
+# A cgroup v2 directory with usage, limits and pressure.  The monitor looks
+# every 250 ms and may look between two files: each change is written so
+# that no state in between shows more pressure than the old or the new one
+# (first what eases it: the usage down to the lesser of the two, limits
+# that rise, file pages that grow, PSI that falls; then the rest, the usage
+# last), and a new directory becomes a cgroup (memory.current) last.
+my %cgroup_v2_last;
 sub cgroup_v2
 {
 	my ($d, %o) = @_;
-	write_files($d,
-		'memory.current' => "$o{current}\n",
-		'memory.max' => ($o{max} // 'max') . "\n",
-		'memory.high' => ($o{high} // 'max') . "\n",
+	my %new = (
+		'memory.current' => $o{current},
+		'memory.max' => $o{max} // 'max',
+		'memory.high' => $o{high} // 'max',
+		file => ($o{active_file} // 0) + ($o{inactive_file} // 0),
+		psi => $o{psi} // 0);
+	my %text = (
+		'memory.max' => "$new{'memory.max'}\n",
+		'memory.high' => "$new{'memory.high'}\n",
 		'memory.stat' => "anon 1000000\nfile 5000\nkernel 3000\nshmem 4096\nactive_anon 100\ninactive_anon 900\n"
 		  . "active_file " . ($o{active_file} // 0) . "\ninactive_file " . ($o{inactive_file} // 0) . "\nunevictable 0\n",
 		'memory.pressure' => sprintf("some avg10=%.2f avg60=0.00 avg300=0.00 total=12345\n"
-			  . "full avg10=0.00 avg60=0.00 avg300=0.00 total=678\n", $o{psi} // 0));
+			  . "full avg10=0.00 avg60=0.00 avg300=0.00 total=678\n", $new{psi}));
+	my $old = $cgroup_v2_last{$d};
+	my $inf = sub { $_[0] eq 'max' ? 9**99 : $_[0] };
+	my %easing = !$old ? () : (
+		'memory.max' => $inf->($new{'memory.max'}) >= $inf->($old->{'memory.max'}),
+		'memory.high' => $inf->($new{'memory.high'}) >= $inf->($old->{'memory.high'}),
+		'memory.stat' => $new{file} >= $old->{file},
+		'memory.pressure' => $new{psi} <= $old->{psi});
+	my @order = ('memory.stat', 'memory.max', 'memory.high', 'memory.pressure');
+	write_files($d, 'memory.current' => ($old->{'memory.current'} < $new{'memory.current'}
+			? $old->{'memory.current'} : $new{'memory.current'}) . "\n") if $old;
+	write_files($d, map { ($_ => $text{$_}) } grep { $easing{$_} } @order);
+	write_files($d, map { ($_ => $text{$_}) } grep { !$easing{$_} } @order);
+	write_files($d, 'memory.current' => "$new{'memory.current'}\n");
+	$cgroup_v2_last{$d} = \%new;
 }
 
 # Point the monitor at a directory (or '' for the server's own) and wait
