@@ -12,8 +12,11 @@
 #    that: every transaction completes, as with the guard off, 0 `out of
 #    memory`, with statements not recorded (track_statements = none) and,
 #    in the long run (GM_TEST_LONG=1), recorded (top, memory_wait at its
-#    default: an ANALYZE there failed at 19 MB mapped in 1 run of 5, while
-#    recorded statements held reservations; issue #42's open part);
+#    default: an ANALYZE there failed at 19 MB mapped in 1 run of 5, and
+#    in 1 of 4 by hand, while recorded statements held reservations: a
+#    utility statement has no executor peak recorded and takes part in no
+#    admission, so it grows on the share the reservations leave; issue
+#    #42's open part);
 #  - 0 OOM kills.
 #
 # Needs a cgroup v1 memory directory writable by the test's user, named by
