@@ -861,6 +861,55 @@ gm_post_parse_analyze(GM_PPA_ARGS)
 }
 
 /*
+ * A top-level utility statement of a client's portal, recorded (ANALYZE,
+ * CREATE INDEX, VACUUM, CREATE TABLE AS ...; not transaction control, SET
+ * or SHOW): its mapped peak is measured as a query's is, and with a need
+ * of 1 MB or more it is admitted as a query is (it waits, or runs with its
+ * need reserved or with a grant, until it ends).  Whether it went through
+ * the admission: its grant's limit is in force while it runs.
+ */
+static bool
+utility_wait_for_memory(PlannedStmt *pstmt, GmUtilityMark *mark)
+{
+	Node	   *stmt = pstmt->utilityStmt;
+	int64		exec_peak;
+	int64		mapped_peak;
+	int64		waited;
+	bool		tracked;
+
+	if (!mark->tracked || !mark->key.toplevel || ActivePortal == NULL ||
+		IsA(stmt, TransactionStmt) || IsA(stmt, VariableSetStmt) || IsA(stmt, VariableShowStmt) ||
+		IsAbortedTransactionBlockState() || !gm_guard_may_wait())
+		return false;
+	exec_peak = gm_statements_recorded_peak(mark->key.queryid, &mapped_peak, &tracked);
+	if (tracked && gm_guard_measures_mapped(exec_peak, mapped_peak))
+	{
+		mark->vm_size0 = gm_proc_status_bytes(0, "VmSize:");
+		mark->vm_peak0 = gm_proc_status_bytes(0, "VmPeak:");
+	}
+	if (exec_peak <= 0)
+		return false;
+	if ((waited = gm_guard_wait_for_memory(exec_peak, mapped_peak)) > 0)
+		gm_statements_note_wait(mark->key.queryid, waited);
+	return true;
+}
+
+/*
+ * What a measured utility statement's process mapped at most over its
+ * start, if it set a new VmPeak (else unknown: -1).
+ */
+static int64
+utility_mapped(const GmUtilityMark *mark)
+{
+	int64		peak;
+
+	if (mark->vm_size0 < 0 || mark->vm_peak0 < 0)
+		return -1;
+	peak = gm_proc_status_bytes(0, "VmPeak:");
+	return peak > mark->vm_peak0 ? peak - mark->vm_size0 : -1;
+}
+
+/*
  * Utility statements (COPY, CREATE INDEX, VACUUM, SET ...) never reach
  * ExecutorStart: apply a changed max_backend_memory before them too.  Those
  * glibc_malloc_statements records (not EXECUTE, PREPARE, DEALLOCATE) count
@@ -872,6 +921,7 @@ gm_ProcessUtility(GM_PU_ARGS)
 {
 	GmUtilityMark mark;
 	bool		nests;
+	volatile bool admitted = false;
 	volatile bool params_set = false;
 	volatile bool exec_nests = false;
 	bool		top = nesting == 0;
@@ -892,6 +942,8 @@ gm_ProcessUtility(GM_PU_ARGS)
 	}
 	gm_guard_apply();
 	nests = gm_statements_utility_start(pstmt, queryString, nesting, &mark);
+	if (top)
+		admitted = utility_wait_for_memory(pstmt, &mark);
 	if (nests)
 		nesting++;
 	else if (top && IsA(pstmt->utilityStmt, ExecuteStmt) &&
@@ -915,6 +967,9 @@ gm_ProcessUtility(GM_PU_ARGS)
 	}
 	PG_TRY();
 	{
+		/* A grant's limit is in force while it runs. */
+		if (admitted)
+			gm_guard_grant_run(true);
 		if (prev_ProcessUtility)
 			prev_ProcessUtility(GM_PU_PASS);
 		else
@@ -928,7 +983,11 @@ gm_ProcessUtility(GM_PU_ARGS)
 			params_end();
 		if (top)
 			gm_guard_top_statement_end();
-		caught_error();
+		/* Counted with the grant's limit in force; the HINT allocates, after it. */
+		caught_error_counted(false);
+		if (admitted)
+			gm_guard_wait_end();
+		caught_error_hint();
 		PG_RE_THROW();
 	}
 	PG_END_TRY();
@@ -939,7 +998,10 @@ gm_ProcessUtility(GM_PU_ARGS)
 		params_end();
 	if (top)
 		gm_guard_top_statement_end();
-	gm_statements_utility_end(&mark);
+	/* Its reservation or grant ends with it. */
+	if (admitted)
+		gm_guard_wait_end();
+	gm_statements_utility_end(&mark, top ? utility_mapped(&mark) : -1);
 }
 
 /*

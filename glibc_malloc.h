@@ -616,6 +616,8 @@ typedef struct GmUtilityMark
 	uint64		top_gen;		/* statements.c's count of top-level starts */
 	int64		heap_end;		/* the program break at its start */
 	int64		mmapped_bytes;
+	int64		vm_size0;		/* top-level, measured: VmSize and VmPeak at */
+	int64		vm_peak0;		/* its start; -1 = not measured */
 } GmUtilityMark;
 
 /*
@@ -645,7 +647,7 @@ extern void gm_statements_executor_end(QueryDesc *queryDesc, GmStmtEnd *end);
 extern void gm_statements_executor_ended(GmStmtEnd *end, bool failed);
 extern void gm_statements_analyzed(struct ParseState *pstate, Query *query, int nesting);
 extern bool gm_statements_utility_start(PlannedStmt *pstmt, const char *query_string, int nesting, GmUtilityMark *mark);
-extern void gm_statements_utility_end(GmUtilityMark *mark);
+extern void gm_statements_utility_end(GmUtilityMark *mark, int64 mapped);
 extern void gm_statements_note_oom(bool limit);
 extern int64 gm_statements_recorded_peak(uint64 queryid, int64 *mapped, bool *tracked);
 extern void gm_statements_note_wait(uint64 queryid, int64 usec);

@@ -637,6 +637,8 @@ store(const GmStmtKey *key, int64 calls, int64 plan_bytes, int64 exec_bytes,
 	/* A run that failed for memory: the need is the largest run again. */
 	if (oom > 0 && entry->c.exec.n > 0)
 		entry->c.need = Max(entry->c.need, (int64) entry->c.exec.max);
+	else if (oom > 0 && entry->c.mapped_n > 0)
+		entry->c.need = Max(entry->c.need, entry->c.mapped_max);
 	if (calls > 0)
 	{
 		/* A sticky entry's first call: it starts over, as a new one. */
@@ -646,8 +648,12 @@ store(const GmStmtKey *key, int64 calls, int64 plan_bytes, int64 exec_bytes,
 		entry->c.calls += calls;
 		peak_add(&entry->c.plan, plan_bytes);
 		peak_add(&entry->c.exec, exec_bytes);
-		/* Pure arithmetic (guard_policy.c): nothing that can fail here. */
-		entry->c.need = gm_guard_need_after(entry->c.need, exec_bytes);
+		/*
+		 * Pure arithmetic (guard_policy.c): nothing that can fail here.  A
+		 * utility statement without an executor inside needs what its
+		 * process mapped.
+		 */
+		entry->c.need = gm_guard_need_after(entry->c.need, exec_bytes >= 0 ? exec_bytes : mapped);
 		entry->c.heap_change += heap_change;
 		entry->c.mmapped_change += mmapped_change;
 		if (heap_change > 0)
@@ -674,7 +680,8 @@ store(const GmStmtKey *key, int64 calls, int64 plan_bytes, int64 exec_bytes,
  * role in this database: its executor's peak of recent calls (a larger
  * call sets it, each smaller one moves it a quarter of the way down); -1 =
  * none recorded; and into *mapped what it maps, by the run that mapped
- * most (-1 = unknown: gm_guard_mapped_need).
+ * most (-1 = unknown: gm_guard_mapped_need).  A utility statement without
+ * an executor inside: the same of what its process mapped, both.
  * The same lookup says whether the statement is tracked (*tracked).
  *
  * A shared lock and an entry's mutex, only when asked (memory_wait on,
@@ -711,13 +718,19 @@ gm_statements_recorded_peak(uint64 queryid, int64 *mapped, bool *tracked)
 		int64		mapped_max;
 		int64		mapped_exec;
 
+		bool		by_mapped;
+
 		SpinLockAcquire(&entry->mutex);
-		if (entry->c.exec.n > 0)
+		/* (a utility statement without an executor: by what it mapped) */
+		by_mapped = entry->c.exec.n == 0 && entry->c.mapped_n > 0;
+		if (entry->c.exec.n > 0 || by_mapped)
 			peak = entry->c.need;
 		mapped_max = entry->c.mapped_max;
 		mapped_exec = entry->c.mapped_exec;
 		SpinLockRelease(&entry->mutex);
-		if (peak >= 0)
+		if (by_mapped)
+			*mapped = peak;
+		else if (peak >= 0)
 			*mapped = gm_guard_mapped_need(peak, mapped_max, mapped_exec);
 	}
 	LWLockRelease(stmt_shared->lock);
@@ -1056,6 +1069,7 @@ gm_statements_utility_start(PlannedStmt *pstmt, const char *query_string, int ne
 	uint64		queryid;
 
 	mark->tracked = false;
+	mark->vm_size0 = mark->vm_peak0 = -1;
 	if (stmt == NULL || IsA(stmt, ExecuteStmt) || IsA(stmt, PrepareStmt) || IsA(stmt, DeallocateStmt))
 		return false;
 	if (!tracked(nesting))
@@ -1077,17 +1091,24 @@ gm_statements_utility_start(PlannedStmt *pstmt, const char *query_string, int ne
 	return true;
 }
 
-/* ProcessUtility, after (not after an error): store the statement. */
+/*
+ * ProcessUtility, after (not after an error): store the statement, with
+ * what its process mapped at most over its start (the VmPeak growth, -1 =
+ * not measured), kept if it is at least the executor memory nested in it.
+ */
 void
-gm_statements_utility_end(GmUtilityMark *mark)
+gm_statements_utility_end(GmUtilityMark *mark, int64 mapped)
 {
 	GmMallinfo	mi;
+	int64		exec_bytes;
 
 	if (!mark->tracked || stmt_entries == NULL)
 		return;
+	exec_bytes = mark->key.toplevel && mark->top_gen == top_gen ? top_peak : -1;
 	gm_mallinfo(&mi);
-	store(&mark->key, 1, -1, mark->key.toplevel && mark->top_gen == top_gen ? top_peak : -1,
-		  gm_heap_end() - mark->heap_end, (int64) mi.hblkhd - mark->mmapped_bytes, 0, 0, -1);
+	store(&mark->key, 1, -1, exec_bytes,
+		  gm_heap_end() - mark->heap_end, (int64) mi.hblkhd - mark->mmapped_bytes, 0, 0,
+		  mapped >= Max(exec_bytes, 0) ? mapped : -1);
 	if (mark->key.toplevel)
 		cur_key_valid = false;
 }
