@@ -172,6 +172,13 @@ params_evaluated(const char *text)
 static QueryDesc *reserved_desc = NULL;
 
 /*
+ * A top-level utility statement that went through the admission runs: its
+ * reservation or grant lasts until it ends, through the commits inside it
+ * (VACUUM, CREATE INDEX CONCURRENTLY, a procedure's COMMIT).
+ */
+static bool utility_reserved = false;
+
+/*
  * The top-level executor whose mapped peak is measured (NULL: none), and
  * its process's VmSize and VmPeak at its start.
  */
@@ -471,7 +478,7 @@ wait_for_memory(QueryDesc *queryDesc, int eflags)
 	if (exec_peak <= 0)
 		return;
 	reserved_desc = queryDesc;
-	if ((waited = gm_guard_wait_for_memory(exec_peak, mapped_peak)) > 0)
+	if ((waited = gm_guard_wait_for_memory(exec_peak, mapped_peak, true)) > 0)
 		gm_statements_note_wait(queryid, waited);
 }
 
@@ -753,12 +760,19 @@ gm_xact_callback(XactEvent event, void *arg)
 	bool		client_statement;
 	int64		mono;
 
-	/* No statement runs any more: its reservation for memory ends. */
+	/*
+	 * No statement runs any more: its reservation for memory ends; not a
+	 * utility statement's at a commit inside it.
+	 */
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
 		event == XACT_EVENT_PREPARE)
 	{
 		mapped_desc = NULL;
-		gm_guard_wait_end();
+		if (!utility_reserved || event == XACT_EVENT_ABORT)
+		{
+			utility_reserved = false;
+			gm_guard_wait_end();
+		}
 		gm_guard_top_statement_end();
 	}
 	/* The error is handled; a worker's never raised again is forgotten. */
@@ -861,25 +875,61 @@ gm_post_parse_analyze(GM_PPA_ARGS)
 }
 
 /*
- * A top-level utility statement of a client's portal, recorded (ANALYZE,
- * CREATE INDEX, VACUUM, CREATE TABLE AS ...; not transaction control, SET
- * or SHOW): its mapped peak is measured as a query's is, and with a need
- * of 1 MB or more it is admitted as a query is (it waits, or runs with its
- * need reserved or with a grant, until it ends).  Whether it went through
- * the admission: its grant's limit is in force while it runs.
+ * The utility statements that take part in the admission: those that do
+ * large work of their own (sorts, scans, rewrites, the code they run).
+ * Never transaction control, SET, SHOW, LISTEN, NOTIFY, DISCARD, CLOSE or
+ * FETCH, which must not wait, or run too often to measure; nor COPY FROM
+ * STDIN, which its client could keep open with a grant.
+ */
+static const NodeTag admitted_utility[] = {
+	T_IndexStmt,				/* CREATE INDEX */
+	T_ReindexStmt,
+	T_VacuumStmt,				/* VACUUM, ANALYZE */
+	T_ClusterStmt,
+	T_CreateTableAsStmt,		/* CREATE TABLE AS, SELECT INTO, CREATE
+								 * MATERIALIZED VIEW */
+	T_RefreshMatViewStmt,
+	T_CopyStmt,
+	T_ExplainStmt,				/* EXPLAIN ANALYZE */
+	T_AlterTableStmt,			/* a table rewrite */
+	T_CallStmt,
+	T_DoStmt,
+};
+
+/* Whether a utility statement takes part in the admission (admitted_utility). */
+static bool
+utility_admitted(Node *stmt)
+{
+	if (IsA(stmt, CopyStmt) && ((CopyStmt *) stmt)->is_from && ((CopyStmt *) stmt)->filename == NULL)
+		return false;
+	for (int i = 0; i < lengthof(admitted_utility); i++)
+		if (nodeTag(stmt) == admitted_utility[i])
+			return true;
+	return false;
+}
+
+/*
+ * A top-level utility statement of a client's portal, recorded, of a kind
+ * that takes part in the admission (admitted_utility): its mapped peak is
+ * measured as a query's is, and with a need of 1 MB or more it is
+ * admitted as a query is (it waits, or runs with its need reserved or
+ * with a grant, until it ends, its transaction's commits inside it
+ * included).  Inside a transaction block it does not wait, as with
+ * memory_wait = 0: the block may hold locks (DDL before it) that others
+ * queue behind, and a wait would fail it (55P03).  Whether it went
+ * through the admission: its grant's limit is in force while it runs.
  */
 static bool
 utility_wait_for_memory(PlannedStmt *pstmt, GmUtilityMark *mark)
 {
-	Node	   *stmt = pstmt->utilityStmt;
 	int64		exec_peak;
 	int64		mapped_peak;
 	int64		waited;
 	bool		tracked;
 
 	if (!mark->tracked || !mark->key.toplevel || ActivePortal == NULL ||
-		IsA(stmt, TransactionStmt) || IsA(stmt, VariableSetStmt) || IsA(stmt, VariableShowStmt) ||
-		IsAbortedTransactionBlockState() || !gm_guard_may_wait())
+		!utility_admitted(pstmt->utilityStmt) || IsAbortedTransactionBlockState() ||
+		!gm_guard_may_wait())
 		return false;
 	exec_peak = gm_statements_recorded_peak(mark->key.queryid, &mapped_peak, &tracked);
 	if (tracked && gm_guard_measures_mapped(exec_peak, mapped_peak))
@@ -889,24 +939,43 @@ utility_wait_for_memory(PlannedStmt *pstmt, GmUtilityMark *mark)
 	}
 	if (exec_peak <= 0)
 		return false;
-	if ((waited = gm_guard_wait_for_memory(exec_peak, mapped_peak)) > 0)
+	if ((waited = gm_guard_wait_for_memory(exec_peak, mapped_peak, !IsTransactionBlock())) > 0)
 		gm_statements_note_wait(mark->key.queryid, waited);
+	utility_reserved = true;
 	return true;
 }
 
 /*
  * What a measured utility statement's process mapped at most over its
- * start, if it set a new VmPeak (else unknown: -1).
+ * start (-1: unknown): its VmPeak's growth if it set a new one; else at
+ * most what the process had mapped before and let go (VmPeak less VmSize
+ * at its start), kept as *bound, and taken as its measure when under
+ * GM_WAIT_MIN_NEED (the statement needs no admission: it is not measured
+ * again at each run).
  */
 static int64
-utility_mapped(const GmUtilityMark *mark)
+utility_mapped(const GmUtilityMark *mark, int64 *bound)
 {
 	int64		peak;
 
-	if (mark->vm_size0 < 0 || mark->vm_peak0 < 0)
+	*bound = -1;
+	if (mark->vm_size0 < 0 || mark->vm_peak0 < 0 ||
+		(peak = gm_proc_status_bytes(0, "VmPeak:")) < 0)
 		return -1;
-	peak = gm_proc_status_bytes(0, "VmPeak:");
-	return peak > mark->vm_peak0 ? peak - mark->vm_size0 : -1;
+	if (peak > mark->vm_peak0)
+		return peak - mark->vm_size0;
+	*bound = Max(mark->vm_peak0 - mark->vm_size0, 0);
+	return *bound < GM_WAIT_MIN_NEED ? *bound : -1;
+}
+
+/* A utility statement ended (not by an error): recorded, with what it mapped if top-level. */
+static void
+utility_end(GmUtilityMark *mark, bool top)
+{
+	int64		bound = -1;
+	int64		mapped = top ? utility_mapped(mark, &bound) : -1;
+
+	gm_statements_utility_end(mark, mapped, bound);
 }
 
 /*
@@ -986,7 +1055,10 @@ gm_ProcessUtility(GM_PU_ARGS)
 		/* Counted with the grant's limit in force; the HINT allocates, after it. */
 		caught_error_counted(false);
 		if (admitted)
+		{
+			utility_reserved = false;
 			gm_guard_wait_end();
+		}
 		caught_error_hint();
 		PG_RE_THROW();
 	}
@@ -1000,8 +1072,11 @@ gm_ProcessUtility(GM_PU_ARGS)
 		gm_guard_top_statement_end();
 	/* Its reservation or grant ends with it. */
 	if (admitted)
+	{
+		utility_reserved = false;
 		gm_guard_wait_end();
-	gm_statements_utility_end(&mark, top ? utility_mapped(&mark) : -1);
+	}
+	utility_end(&mark, top);
 }
 
 /*

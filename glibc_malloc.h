@@ -584,7 +584,9 @@ extern void gm_guard_top_statement_start(void);
 extern void gm_guard_top_statement_end(void);
 extern void gm_guard_reads_client(bool on);
 extern bool gm_guard_may_wait(void);
-extern int64 gm_guard_wait_for_memory(int64 exec_peak, int64 mapped_peak);
+/* A statement whose need is smaller does not wait (the reserve covers it). */
+#define GM_WAIT_MIN_NEED		((int64) 1024 * 1024)
+extern int64 gm_guard_wait_for_memory(int64 exec_peak, int64 mapped_peak, bool may_wait);
 extern bool gm_guard_measures_mapped(int64 exec_peak, int64 mapped_peak);
 extern void gm_guard_grant_run(bool on);
 extern void gm_guard_wait_end(void);
@@ -647,7 +649,7 @@ extern void gm_statements_executor_end(QueryDesc *queryDesc, GmStmtEnd *end);
 extern void gm_statements_executor_ended(GmStmtEnd *end, bool failed);
 extern void gm_statements_analyzed(struct ParseState *pstate, Query *query, int nesting);
 extern bool gm_statements_utility_start(PlannedStmt *pstmt, const char *query_string, int nesting, GmUtilityMark *mark);
-extern void gm_statements_utility_end(GmUtilityMark *mark, int64 mapped);
+extern void gm_statements_utility_end(GmUtilityMark *mark, int64 mapped, int64 bound);
 extern void gm_statements_note_oom(bool limit);
 extern int64 gm_statements_recorded_peak(uint64 queryid, int64 *mapped, bool *tracked);
 extern void gm_statements_note_wait(uint64 queryid, int64 usec);

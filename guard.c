@@ -96,9 +96,6 @@
  */
 #define GM_WAIT_NEED_FACTOR		1.25
 
-/* A query whose need is smaller does not wait (the reserve covers it). */
-#define GM_WAIT_MIN_NEED		((int64) 1024 * 1024)
-
 /*
  * GUC glibc_malloc.memory_wait, ms; 0 = no wait (the statement runs at
  * once, with a reservation where it fits).
@@ -458,7 +455,7 @@ admission_round(int64 now, bool due, bool *hopeless, int64 *grant, const GmFirst
 }
 
 static GmRound wait_loop(int64 start, bool *timed_out, bool *hopeless, int64 *grant);
-static int64 wait_for_need(int64 need);
+static int64 wait_for_need(int64 need, bool may_wait);
 
 /*
  * An admitted statement whose process the guard limits: wait (at most
@@ -504,20 +501,20 @@ wait_for_reserved_limit(int64 want, uint32 looks0)
  * a need above anything that could free) runs with a grant: a share of
  * what is left, reserved, and its own limit while its executor runs, so
  * that a burst cannot outgrow the room between two of the monitor's looks
- * by more than its reserves.  Returns the
- * microseconds waited (0: not waited).  ERROR (55P03, not an
+ * by more than its reserves.  may_wait false: as with memory_wait = 0.
+ * Returns the microseconds waited (0: not waited).  ERROR (55P03, not an
  * out-of-memory) when another backend waits for a lock this one holds;
  * interrupts as always.
  */
 int64
-gm_guard_wait_for_memory(int64 exec_peak, int64 mapped_peak)
+gm_guard_wait_for_memory(int64 exec_peak, int64 mapped_peak, bool may_wait)
 {
 	gm_guard_wait_end();
 	if (Max(exec_peak, mapped_peak) < GM_WAIT_MIN_NEED)
 		return 0;
 	/* Without what it maps (-1: gm_guard_mapped_need), 1.25 times its executor need. */
 	return wait_for_need(mapped_peak >= exec_peak ? mapped_peak :
-						 (int64) (exec_peak * GM_WAIT_NEED_FACTOR));
+						 (int64) (exec_peak * GM_WAIT_NEED_FACTOR), may_wait);
 }
 
 /*
@@ -533,7 +530,7 @@ admitted_base(int64 waited, const GmFirstRound *first)
 
 /* gm_guard_wait_for_memory's work, for a need of need bytes. */
 static int64
-wait_for_need(int64 need)
+wait_for_need(int64 need, bool may_wait)
 {
 	int64		start;
 	int64		waited = 0;
@@ -556,7 +553,7 @@ wait_for_need(int64 need)
 		}
 	}
 	first.need = need;
-	first.patience_ms = wait_ms();
+	first.patience_ms = may_wait ? wait_ms() : 0;
 	/* Its base if it is admitted at once: read before the lock, not under it. */
 	first.vm = gm_proc_status_bytes(0, "VmData:");
 	first.rss = gm_proc_status_bytes(0, "RssAnon:");
@@ -606,7 +603,7 @@ wait_for_need(int64 need)
 			{
 				grant_set(admitted_base(waited, &first), grant);
 				/* A timeout is counted in wait_timeouts. */
-				if (!timed_out && wait_ms() == 0)
+				if (!timed_out && first.patience_ms == 0)
 					gm_shmem_wait_count(GM_WAIT_UNRESERVED, 1);
 				else if (!timed_out && hopeless)
 					gm_shmem_wait_count(GM_WAIT_SKIPS, 1);
