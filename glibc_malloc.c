@@ -762,17 +762,15 @@ gm_xact_callback(XactEvent event, void *arg)
 
 	/*
 	 * No statement runs any more: its reservation for memory ends; not a
-	 * utility statement's at a commit inside it.
+	 * utility statement's at a commit or a procedure's rollback inside it.
 	 */
 	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
 		event == XACT_EVENT_PREPARE)
 	{
 		mapped_desc = NULL;
-		if (!utility_reserved || event == XACT_EVENT_ABORT)
-		{
-			utility_reserved = false;
+		/* (its own error ends it in gm_ProcessUtility, before the abort) */
+		if (!utility_reserved)
 			gm_guard_wait_end();
-		}
 		gm_guard_top_statement_end();
 	}
 	/* The error is handled; a worker's never raised again is forgotten. */
@@ -890,8 +888,9 @@ static const NodeTag admitted_utility[] = {
 								 * MATERIALIZED VIEW */
 	T_RefreshMatViewStmt,
 	T_CopyStmt,
-	T_ExplainStmt,				/* EXPLAIN ANALYZE */
-	T_AlterTableStmt,			/* a table rewrite */
+	T_ExplainStmt,				/* EXPLAIN (its ANALYZE runs the query) */
+	T_AlterTableStmt,			/* a table rewrite (and ALTER INDEX, VIEW,
+								 * SEQUENCE) */
 	T_CallStmt,
 	T_DoStmt,
 };
@@ -932,8 +931,13 @@ utility_wait_for_memory(PlannedStmt *pstmt, GmUtilityMark *mark)
 		!gm_guard_may_wait())
 		return false;
 	exec_peak = gm_statements_recorded_peak(mark->key.queryid, &mapped_peak, &tracked);
-	if (tracked && gm_guard_measures_mapped(exec_peak, mapped_peak))
+	/* Every run: a need under 1 MB, recorded on a small table, may grow. */
+	if (tracked)
 	{
+		GmMallinfo	mi;
+
+		gm_mallinfo(&mi);
+		mark->free0 = (int64) mi.fordblks;
 		mark->vm_size0 = gm_proc_status_bytes(0, "VmSize:");
 		mark->vm_peak0 = gm_proc_status_bytes(0, "VmPeak:");
 	}
@@ -946,36 +950,28 @@ utility_wait_for_memory(PlannedStmt *pstmt, GmUtilityMark *mark)
 }
 
 /*
- * What a measured utility statement's process mapped at most over its
- * start (-1: unknown): its VmPeak's growth if it set a new one; else at
- * most what the process had mapped before and let go (VmPeak less VmSize
- * at its start), kept as *bound, and taken as its measure when under
- * GM_WAIT_MIN_NEED (the statement needs no admission: it is not measured
- * again at each run).
+ * What a measured utility statement's process took at most over its start,
+ * if it set a new VmPeak (else unknown: -1): its VmPeak's growth, and the
+ * free heap glibc kept at its start, which it may have used first (heap a
+ * trim gave back is free heap too: using it grows the usage, not VmSize).
+ * An estimate from above.
  */
 static int64
-utility_mapped(const GmUtilityMark *mark, int64 *bound)
+utility_mapped(const GmUtilityMark *mark)
 {
 	int64		peak;
 
-	*bound = -1;
 	if (mark->vm_size0 < 0 || mark->vm_peak0 < 0 ||
-		(peak = gm_proc_status_bytes(0, "VmPeak:")) < 0)
+		(peak = gm_proc_status_bytes(0, "VmPeak:")) < 0 || peak <= mark->vm_peak0)
 		return -1;
-	if (peak > mark->vm_peak0)
-		return peak - mark->vm_size0;
-	*bound = Max(mark->vm_peak0 - mark->vm_size0, 0);
-	return *bound < GM_WAIT_MIN_NEED ? *bound : -1;
+	return peak - mark->vm_size0 + Max(mark->free0, 0);
 }
 
 /* A utility statement ended (not by an error): recorded, with what it mapped if top-level. */
 static void
 utility_end(GmUtilityMark *mark, bool top)
 {
-	int64		bound = -1;
-	int64		mapped = top ? utility_mapped(mark, &bound) : -1;
-
-	gm_statements_utility_end(mark, mapped, bound);
+	gm_statements_utility_end(mark, top ? utility_mapped(mark) : -1);
 }
 
 /*

@@ -620,6 +620,7 @@ typedef struct GmUtilityMark
 	int64		mmapped_bytes;
 	int64		vm_size0;		/* top-level, measured: VmSize and VmPeak at */
 	int64		vm_peak0;		/* its start; -1 = not measured */
+	int64		free0;			/* and the free heap glibc kept then */
 } GmUtilityMark;
 
 /*
@@ -649,7 +650,7 @@ extern void gm_statements_executor_end(QueryDesc *queryDesc, GmStmtEnd *end);
 extern void gm_statements_executor_ended(GmStmtEnd *end, bool failed);
 extern void gm_statements_analyzed(struct ParseState *pstate, Query *query, int nesting);
 extern bool gm_statements_utility_start(PlannedStmt *pstmt, const char *query_string, int nesting, GmUtilityMark *mark);
-extern void gm_statements_utility_end(GmUtilityMark *mark, int64 mapped, int64 bound);
+extern void gm_statements_utility_end(GmUtilityMark *mark, int64 mapped);
 extern void gm_statements_note_oom(bool limit);
 extern int64 gm_statements_recorded_peak(uint64 queryid, int64 *mapped, bool *tracked);
 extern void gm_statements_note_wait(uint64 queryid, int64 usec);

@@ -597,15 +597,12 @@ peak_add(GmStmtPeak *p, int64 bytes)
 
 /*
  * Store one call (calls > 0) or "out of memory" errors into key's entry:
- * the shared lock to find it, the exclusive one to add it.  mapped: what
- * the call mapped at most (-1: unknown); bound: without it, at most what
- * it could have mapped (-1: unknown), which moves a need recorded by what
- * was mapped toward it, never up.
+ * the shared lock to find it, the exclusive one to add it.
  */
 static void
 store(const GmStmtKey *key, int64 calls, int64 plan_bytes, int64 exec_bytes,
 	  int64 heap_change, int64 mmapped_change, int64 oom, int64 limit_oom,
-	  int64 mapped, int64 bound)
+	  int64 mapped)
 {
 	GmStmtEntry *entry;
 	uint32		h = key_hash(key);
@@ -656,10 +653,7 @@ store(const GmStmtKey *key, int64 calls, int64 plan_bytes, int64 exec_bytes,
 		 * utility statement without an executor inside needs what its
 		 * process mapped.
 		 */
-		if (exec_bytes >= 0 || mapped >= 0)
-			entry->c.need = gm_guard_need_after(entry->c.need, exec_bytes >= 0 ? exec_bytes : mapped);
-		else if (bound >= 0 && bound < entry->c.need && entry->c.exec.n == 0 && entry->c.mapped_n > 0)
-			entry->c.need = gm_guard_need_after(entry->c.need, bound);
+		entry->c.need = gm_guard_need_after(entry->c.need, exec_bytes >= 0 ? exec_bytes : mapped);
 		entry->c.heap_change += heap_change;
 		entry->c.mmapped_change += mmapped_change;
 		if (heap_change > 0)
@@ -783,7 +777,7 @@ flush_pending(void)
 		return;
 	for (int i = 0; i < n; i++)
 		store(&pending_oom[i].key, 0, -1, -1, 0, 0,
-			  pending_oom[i].errors, pending_oom[i].limit_errors, -1, -1);
+			  pending_oom[i].errors, pending_oom[i].limit_errors, -1);
 }
 
 /* before_shmem_exit: what a session ended by the error leaves. */
@@ -970,7 +964,7 @@ gm_statements_executor_ended(GmStmtEnd *end, bool failed)
 		}
 	}
 	store(&end->key, 1, end->plan_bytes, end->exec_bytes, heap_change, mmapped_change, 0, 0,
-		  end->mapped_bytes, -1);
+		  end->mapped_bytes);
 }
 
 /*
@@ -1075,7 +1069,7 @@ gm_statements_utility_start(PlannedStmt *pstmt, const char *query_string, int ne
 	uint64		queryid;
 
 	mark->tracked = false;
-	mark->vm_size0 = mark->vm_peak0 = -1;
+	mark->vm_size0 = mark->vm_peak0 = mark->free0 = -1;
 	if (stmt == NULL || IsA(stmt, ExecuteStmt) || IsA(stmt, PrepareStmt) || IsA(stmt, DeallocateStmt))
 		return false;
 	if (!tracked(nesting))
@@ -1099,13 +1093,11 @@ gm_statements_utility_start(PlannedStmt *pstmt, const char *query_string, int ne
 
 /*
  * ProcessUtility, after (not after an error): store the statement, with
- * what its process mapped at most over its start (the VmPeak growth, -1 =
- * not measured), kept if it is at least the executor memory nested in it,
- * and without it a bound of what it could have mapped (-1: none), which a
- * need recorded by what was mapped decays toward.
+ * what its process took at most over its start (-1 = not measured), kept
+ * if it is at least the executor memory nested in it.
  */
 void
-gm_statements_utility_end(GmUtilityMark *mark, int64 mapped, int64 bound)
+gm_statements_utility_end(GmUtilityMark *mark, int64 mapped)
 {
 	GmMallinfo	mi;
 	int64		exec_bytes;
@@ -1116,7 +1108,7 @@ gm_statements_utility_end(GmUtilityMark *mark, int64 mapped, int64 bound)
 	gm_mallinfo(&mi);
 	store(&mark->key, 1, -1, exec_bytes,
 		  gm_heap_end() - mark->heap_end, (int64) mi.hblkhd - mark->mmapped_bytes, 0, 0,
-		  mapped >= Max(exec_bytes, 0) ? mapped : -1, exec_bytes < 0 ? bound : -1);
+		  mapped >= Max(exec_bytes, 0) ? mapped : -1);
 	if (mark->key.toplevel)
 		cur_key_valid = false;
 }
