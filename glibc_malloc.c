@@ -895,6 +895,15 @@ static const NodeTag admitted_utility[] = {
 	T_DoStmt,
 };
 
+/* Whether a utility statement of admitted_utility runs no executor inside. */
+static bool
+utility_runs_no_executor(Node *stmt)
+{
+	return IsA(stmt, IndexStmt) || IsA(stmt, ReindexStmt) || IsA(stmt, VacuumStmt) ||
+		IsA(stmt, ClusterStmt) || IsA(stmt, AlterTableStmt) ||
+		(IsA(stmt, CopyStmt) && ((CopyStmt *) stmt)->is_from);
+}
+
 /* Whether a utility statement takes part in the admission (admitted_utility). */
 static bool
 utility_admitted(Node *stmt)
@@ -931,8 +940,12 @@ utility_wait_for_memory(PlannedStmt *pstmt, GmUtilityMark *mark)
 		!gm_guard_may_wait())
 		return false;
 	exec_peak = gm_statements_recorded_peak(mark->key.queryid, &mapped_peak, &tracked);
-	/* Every run: a need under 1 MB, recorded on a small table, may grow. */
-	if (tracked)
+	/*
+	 * Measured as a query is (not recorded yet, or a need of 1 MB or
+	 * more); one that runs no executor at every run, as a need recorded
+	 * small, on a small table, may grow.
+	 */
+	if (tracked && (gm_guard_measures_mapped(exec_peak, mapped_peak) || utility_runs_no_executor(pstmt->utilityStmt)))
 	{
 		GmMallinfo	mi;
 
@@ -950,11 +963,9 @@ utility_wait_for_memory(PlannedStmt *pstmt, GmUtilityMark *mark)
 }
 
 /*
- * What a measured utility statement's process took at most over its start,
- * if it set a new VmPeak (else unknown: -1): its VmPeak's growth, and the
- * free heap glibc kept at its start, which it may have used first (heap a
- * trim gave back is free heap too: using it grows the usage, not VmSize).
- * An estimate from above.
+ * What a measured utility statement's process mapped at most over its
+ * start, if it set a new VmPeak (else unknown: -1): VmPeak less its VmSize
+ * at the start.
  */
 static int64
 utility_mapped(const GmUtilityMark *mark)
@@ -964,7 +975,7 @@ utility_mapped(const GmUtilityMark *mark)
 	if (mark->vm_size0 < 0 || mark->vm_peak0 < 0 ||
 		(peak = gm_proc_status_bytes(0, "VmPeak:")) < 0 || peak <= mark->vm_peak0)
 		return -1;
-	return peak - mark->vm_size0 + Max(mark->free0, 0);
+	return peak - mark->vm_size0;
 }
 
 /* A utility statement ended (not by an error): recorded, with what it mapped if top-level. */

@@ -1093,8 +1093,11 @@ gm_statements_utility_start(PlannedStmt *pstmt, const char *query_string, int ne
 
 /*
  * ProcessUtility, after (not after an error): store the statement, with
- * what its process took at most over its start (-1 = not measured), kept
- * if it is at least the executor memory nested in it.
+ * what its process mapped at most over its start (-1 = not measured), kept
+ * if it is at least the executor memory nested in it.  One that ran no
+ * executor may have used the free heap glibc kept at its start first
+ * (heap a trim gave back too: using it grows the usage, not VmSize): that
+ * is added, an estimate from above.
  */
 void
 gm_statements_utility_end(GmUtilityMark *mark, int64 mapped)
@@ -1105,6 +1108,8 @@ gm_statements_utility_end(GmUtilityMark *mark, int64 mapped)
 	if (!mark->tracked || stmt_entries == NULL)
 		return;
 	exec_bytes = mark->key.toplevel && mark->top_gen == top_gen ? top_peak : -1;
+	if (mapped >= 0 && exec_bytes < 0)
+		mapped += Max(mark->free0, 0);
 	gm_mallinfo(&mi);
 	store(&mark->key, 1, -1, exec_bytes,
 		  gm_heap_end() - mark->heap_end, (int64) mi.hblkhd - mark->mmapped_bytes, 0, 0,
