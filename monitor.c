@@ -65,6 +65,9 @@ PGDLLEXPORT void glibc_malloc_monitor_main(Datum arg);
 #define MB ((int64) 1024 * 1024)
 
 #define GM_MONITOR_TICK_MS		250 /* how often the limits are read */
+#define GM_GUARD_FRESH_MS	(2 * GM_MONITOR_TICK_MS)	/* work younger than
+														 * this is not in a
+														 * whole growth window */
 #define GM_MONITOR_HYSTERESIS	0.05	/* pressure ends this far below */
 #define GM_MONITOR_PSI_ROUND_MS 10000	/* PSI's avg10 needs 10 s to move */
 #define GM_MONITOR_GRACE_MS		1000	/* a request not served by then may
@@ -151,6 +154,8 @@ typedef struct GmGuarded
 	bool		counted_idle;	/* the last look counted it as not working */
 	int			since_pid;		/* the process since is of; 0 = none */
 	uint64		since;			/* the look its current work began at */
+	int64		since_at;		/* ... monotonic */
+	int64		since_vmdata;	/* ... and its VmData then */
 	bool		was_working;	/* the last measured look counted since_pid
 								 * as working */
 	bool		reused;			/* this look reused the last reading */
@@ -618,8 +623,13 @@ guard_measure(const GmLimits *l, const GmSnapshot *snaps, int n, bool observe, i
 		{
 			g->since_pid = s->pid;
 			g->since = guard_looks;
+			g->since_at = mono;
+			g->since_vmdata = vm;
 		}
 		c->since = g->since;
+		/* Growth shows its work only after a whole window of it. */
+		c->fresh = mono - g->since_at < (int64) GM_GUARD_FRESH_MS * 1000;
+		c->since_vmdata = g->since_vmdata;
 		/* Waiting for memory (memory_wait): idle until admitted. */
 		if (gm_shmem_waits_for_memory(s->slot, s->pid))
 		{

@@ -22,6 +22,7 @@
 #
 # Needs a cgroup v1 memory directory writable by the test's user, named by
 # GM_TEST_CGROUP_V1.  The measurements are printed (diag), passing or not.
+# GM_TEST_MIXED_ROUNDS=N runs the engaged cases N times each.
 use strict;
 use warnings;
 use FindBin;
@@ -39,6 +40,8 @@ my $MB = 2**20;
 my $limit = 5120 * $MB;
 my $clients = 20;
 my $runs = 5;			# transactions per client
+# The engaged cases run this many times (GM_TEST_MIXED_ROUNDS, for a rate).
+my $rounds = $ENV{GM_TEST_MIXED_ROUNDS} || 1;
 
 my $kills_before = cgroup_v1_oom_kills($cg);
 # The sidecars go whatever happens (they hold memory in the suite's cgroup).
@@ -197,7 +200,7 @@ diag sprintf('engaged: usage %.0f MB, target %.0f MB, headroom %.0f MB (the scri
 	$g->[3] / $MB, $g->[4] / $MB, ($g->[4] - $g->[3]) / $MB, $need / $MB);
 cmp_ok($g->[4] - $g->[3], '>', $need, 'the headroom is more than the script needs');
 
-for my $track ('none', 'top')
+for my $track (map { ('none', 'top') } 1 .. $rounds)
 {
 	set_conf('glibc_malloc.track_statements', $track);
 	my $before = counts();

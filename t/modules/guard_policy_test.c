@@ -63,6 +63,98 @@ find(GmGuardProc *procs, int n, int pid)
 	return NULL;
 }
 
+/*
+ * A burst, look after look: 8 sorts of 60 MB start at once where 2.5 fit
+ * (150 MB of headroom: 586 of 800 MB used by others), each growing 4 to 6
+ * MB per look while its limit lets it.  One whose next step passes its
+ * limit gets the ERROR and frees what it holds; one that reaches 60 MB
+ * completes and frees it.  At least 2 complete, and the usage never passes
+ * the target.  pooled: from sessions whose growth is known (0), fresh for
+ * their first 10 looks; old: beside a statement that began before them,
+ * growing 1 MB a look (its growth taken from the 586 MB).
+ */
+static void
+burst_sim(bool pooled, bool old)
+{
+	GmGuardInput in;
+	GmGuardDecision d;
+	GmGuardProc pr[9];
+	int64		vm[8];
+	int64		grew[8];
+	bool		active[8];
+	int			completed = 0;
+	int			failed = 0;
+	bool		over = false;
+	int			n = old ? 9 : 8;
+	char		name[200];
+
+	for (int i = 0; i < 8; i++)
+	{
+		vm[i] = 3 * MB + i * 64 * 1024;
+		grew[i] = pooled ? 0 : GM_GROWTH_UNKNOWN;
+		active[i] = true;
+	}
+	for (int look = 0; look < 400 && completed + failed < 8; look++)
+	{
+		int64		used = 586 * MB;
+
+		for (int i = 0; i < 8; i++)
+			used += vm[i] - 3 * MB;
+		over = over || used > 736 * MB;
+		memset(&in, 0, sizeof(in));
+		in.limit = 800 * MB;
+		in.usage = used;
+		in.engaged = true;
+		for (int i = 0; i < 8; i++)
+		{
+			pr[i] = proc(i + 1, vm[i], grew[i], !active[i], look == 0);
+			pr[i].since = i + 1;
+			pr[i].fresh = pooled && active[i] && look < 2;
+			pr[i].since_vmdata = 3 * MB;
+		}
+		if (old)
+		{
+			pr[8] = proc(100, 200 * MB + look * MB, MB, false, false);
+			pr[8].since = 0;
+		}
+		gm_guard_policy(&in, pr, n, &d);
+		for (int i = 0; i < 8; i++)
+		{
+			GmGuardProc *p = find(pr, n, i + 1);
+			int64		step = (4 + (i + look) % 3) * MB;
+
+			if (!active[i])
+				continue;
+			if (vm[i] + step > p->limit)
+			{
+				active[i] = false;	/* out of memory: it frees all */
+				vm[i] = 3 * MB;
+				grew[i] = 0;
+				failed++;
+			}
+			else if ((vm[i] += step) >= 63 * MB)
+			{
+				active[i] = false;
+				vm[i] = 3 * MB;
+				grew[i] = 0;
+				completed++;
+			}
+			else
+				grew[i] = step;
+		}
+	}
+	/*
+	 * Beside an older statement, 1: it is the earliest, and takes half of
+	 * what is left after the growth at each look where none of the burst is
+	 * fresh (the second to complete runs short of it).
+	 */
+	snprintf(name, sizeof(name), "a burst of 8 where 2.5 fit%s%s: at least %d complete",
+			 pooled ? ", from pooled sessions" : "", old ? ", beside an older statement" : "",
+			 old ? 1 : 2);
+	ok(completed >= (old ? 1 : 2), name);
+	ok(!over, "and the usage stays under the target");
+}
+
 int
 main(void)
 {
@@ -296,6 +388,94 @@ main(void)
 			last = last && find(procs, 8, pid)->allow == 0;
 		ok(first, "the five that began first may map twice their growth");
 		ok(last && find(procs, 8, 1)->limit == 44 * MB, "the three that began last: their VmData and the reserve");
+	}
+
+	/*
+	 * Short statements beside longer ones that grow (a mixed workload, read
+	 * from a look of t/044): 17 statements that began earlier grew 10 to 16
+	 * MB each over the last window, twice that is more than the budget; 3
+	 * that just started (fresh, their growth not shown yet) get their start
+	 * share first, and the earlier ones share the rest by their growth.
+	 */
+	{
+		GmGuardProc pr[21];
+		GmGuardInput in2;
+		int64		sum = 0;
+		bool		fresh_ok = true;
+		bool		first_ok;
+
+		memset(&in2, 0, sizeof(in2));
+		in2.limit = 4000 * MB;
+		in2.engaged = true;
+		in2.usage = 4000 * MB - 200 * MB - 400 * MB;
+		for (int i = 0; i < 17; i++)
+		{
+			pr[i] = proc(i + 1, 40 * MB, (10 + i % 7) * MB, false, false);
+			pr[i].since = i + 1;
+		}
+		for (int i = 17; i < 20; i++)
+		{
+			pr[i] = proc(i + 1, 16 * MB, 0, false, i == 19);
+			pr[i].since = i + 1;
+			pr[i].fresh = true;
+			pr[i].since_vmdata = 12 * MB;
+		}
+		gm_guard_policy(&in2, pr, 20, &d);
+		for (int pid = 18; pid <= 20; pid++)
+			fresh_ok = fresh_ok && find(pr, 20, pid)->allow >= 28 * MB;
+		first_ok = find(pr, 20, 1)->allow == 2 * find(pr, 20, 1)->growth;
+		for (int i = 0; i < 20; i++)
+			sum += pr[i].allow;
+		ok(d.engaged && d.budget > 300 * MB && d.budget < 26 * 17 * MB, "17 growing, 3 just started: twice the growth is more than the budget");
+		ok(fresh_ok, "the 3 that just started may map what is left of their 32 MB start share");
+		ok(first_ok && sum == d.budget, "the earliest still twice its growth; all of the budget handed out");
+
+		/* A fresh statement that mapped its start share gets none. */
+		pr[19] = proc(20, 60 * MB, 0, false, false);
+		pr[19].since = 20;
+		pr[19].fresh = true;
+		pr[19].since_vmdata = 12 * MB;
+		gm_guard_policy(&in2, pr, 20, &d);
+		ok(find(pr, 20, 20)->allow == 0, "one that mapped its 32 MB since it began: no more before the growth of the earlier ones");
+
+		/*
+		 * Short statements only (a look of t/044 before an ANALYZE got out
+		 * of memory): 21 working, every one started within the last 500
+		 * ms; 16 grew 10 to 16 MB over the last window, in their previous
+		 * statements, their current ones at most 2 MB so far; 340 MB of
+		 * budget.  The ANALYZE (last, 16 MB, 9 MB since it began) had no
+		 * room: the others took twice their window's growth.
+		 */
+		memset(&in2, 0, sizeof(in2));
+		in2.limit = 4000 * MB;
+		in2.engaged = true;
+		in2.usage = 4000 * MB - 200 * MB - 340 * MB;
+		for (int i = 0; i < 21; i++)
+		{
+			pr[i] = proc(i + 1, 22 * MB, i < 16 ? (10 + i % 7) * MB : 5 * MB, false, false);
+			pr[i].since = i + 1;
+			pr[i].fresh = true;
+			pr[i].since_vmdata = 22 * MB - (i % 3) * MB;
+		}
+		pr[20].vmdata = 16 * MB;
+		pr[20].since_vmdata = 7 * MB;
+		gm_guard_policy(&in2, pr, 21, &d);
+		ok(d.budget == 340 * MB && find(pr, 21, 21)->allow >= 16 * MB,
+		   "21 short statements, 16 grew in their previous ones: the last, an ANALYZE, may map 16 MB");
+
+		/* All fresh (a burst from pooled sessions): no start shares, the earliest first. */
+		for (int i = 0; i < 8; i++)
+		{
+			pr[i] = proc(i + 1, 100 * MB, 0, false, true);
+			pr[i].since = 100 - i;
+			pr[i].fresh = true;
+			pr[i].since_vmdata = 100 * MB;
+		}
+		in2.limit = 1200 * MB;
+		in2.usage = 1136 * MB - 106 * MB;
+		gm_guard_policy(&in2, pr, 8, &d);
+		ok(d.engaged && find(pr, 8, 8)->allow >= 4 * find(pr, 8, 1)->allow && find(pr, 8, 1)->allow > 0,
+		   "8 sorts from pooled sessions, all fresh: the earliest at least four times the latest's share");
 	}
 
 	/* A small raise waits while the limit leaves room; a lowering never does. */
@@ -603,73 +783,15 @@ main(void)
 	}
 
 	/*
-	 * A burst, look after look: 8 sorts of 60 MB start at once where 2.5
-	 * fit (150 MB of headroom: 586 of 800 MB used by others), each growing
-	 * 4 to 6 MB per look while its limit lets it.  One whose next step
-	 * passes its limit gets the ERROR and frees what it holds; one that
-	 * reaches 60 MB completes and frees it.  At least 2 complete, and the
-	 * usage never passes the target.
+	 * A burst, look after look (burst_sim): growth not known at first; and
+	 * from pooled sessions (growth known, 0), fresh for the first 10 looks
+	 * (500 ms), beside a long statement that began before them and grows 1
+	 * MB a look: the start shares do not keep the first ones from
+	 * completing.
 	 */
-	{
-		GmGuardProc pr[8];
-		int64		vm[8];
-		int64		grew[8];
-		bool		active[8];
-		int			completed = 0;
-		int			failed = 0;
-		bool		over = false;
-
-		for (int i = 0; i < 8; i++)
-		{
-			vm[i] = 3 * MB + i * 64 * 1024;
-			grew[i] = GM_GROWTH_UNKNOWN;
-			active[i] = true;
-		}
-		for (int look = 0; look < 400 && completed + failed < 8; look++)
-		{
-			int64		used = 586 * MB;
-
-			for (int i = 0; i < 8; i++)
-				used += vm[i] - 3 * MB;
-			over = over || used > 736 * MB;
-			memset(&in, 0, sizeof(in));
-			in.limit = 800 * MB;
-			in.usage = used;
-			in.engaged = true;
-			for (int i = 0; i < 8; i++)
-			{
-				pr[i] = proc(i + 1, vm[i], grew[i], !active[i], look == 0);
-				pr[i].since = i + 1;
-			}
-			gm_guard_policy(&in, pr, 8, &d);
-			for (int i = 0; i < 8; i++)
-			{
-				GmGuardProc *p = find(pr, 8, i + 1);
-				int64		step = (4 + (i + look) % 3) * MB;
-
-				if (!active[i])
-					continue;
-				if (vm[i] + step > p->limit)
-				{
-					active[i] = false;	/* out of memory: it frees all */
-					vm[i] = 3 * MB;
-					grew[i] = 0;
-					failed++;
-				}
-				else if ((vm[i] += step) >= 63 * MB)
-				{
-					active[i] = false;
-					vm[i] = 3 * MB;
-					grew[i] = 0;
-					completed++;
-				}
-				else
-					grew[i] = step;
-			}
-		}
-		ok(completed >= 2, "a burst of 8 where 2.5 fit: at least 2 complete");
-		ok(!over, "and the usage stays under the target");
-	}
+	burst_sim(false, false);
+	burst_sim(true, false);
+	burst_sim(true, true);
 
 	/* When a reservation goes back to the budget. */
 	{
