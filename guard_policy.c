@@ -36,19 +36,15 @@
  * budget lasts; what is left goes half in equal shares, half halved (half
  * of it to the earliest, a quarter to the next, ..., the latest the
  * remainder; all of it to one that works alone; only to those whose
- * growth does not show their work yet, when some do not), so that a
+ * growth does not show their work yet, if any), so that a
  * statement that just started, its growth unknown, still gets room.
  *
- * Before that growth, a statement whose work began within the last two
- * growth windows (fresh: its growth does not show it yet) may map its
- * start share: what it has not yet mapped, since it began, of
- * GM_GUARD_START_SHARE, from at most half of the budget, the earliest
- * first, each at most half of what is left (the last all of it).  Without
- * it, in a mixed workload, the longer statements that began earlier and
- * grow took twice their growth, the whole budget, and a short statement
- * that just started (an ANALYZE of 20 MB) got nothing but its reserve.
- * Only beside a working process that is not fresh: in a burst where all
- * are, the shares after the growth serve them.  What one
+ * A fresh statement is one whose work began within the last two growth
+ * windows: its process's growth does not show it yet, but mostly its
+ * previous statement's.  In a mixed workload of short statements, those
+ * that had ended took twice what they no longer used, the whole budget,
+ * and a statement that just started (an ANALYZE of 20 MB) got nothing but
+ * its reserve.  What one
  * class does not take goes to the other.  So in a
  * burst of statements that do not all fit, the first ones complete and the
  * last ones get the ERROR early, before they hold much (served smallest
@@ -143,10 +139,6 @@
 #define GM_GUARD_RELEASE	5		/* ... and lift them this % below that */
 #define GM_GUARD_FLOOR		(32 * MB)	/* a process not working may add at
 										 * most this from the budget */
-#define GM_GUARD_START_SHARE (32 * MB)	/* a statement that just started
-										 * may map this much before the
-										 * second half of the earlier ones'
-										 * growth */
 #define GM_GUARD_SLACK		(4 * MB)	/* smaller raises wait, while the limit
 										 * leaves this much above VmData */
 #define GM_GUARD_PROC_RESERVE (4 * MB)	/* each process's reserve, shrunk
@@ -410,53 +402,6 @@ grow_pass(GmGuardProc *procs, int n, int64 *budget)
 }
 
 /*
- * The start shares: a statement that just started (fresh, no reservation)
- * is not starved by the growth of those that began before it (a mixed
- * workload's short statements beside longer ones that grow): each may map
- * what it has not yet mapped of GM_GUARD_START_SHARE since it began, from
- * a pool of half of the budget, before the growth.  The earliest first,
- * each at most half of what the pool has left (the last all of it), so
- * that a burst of fresh statements does not share the room equally, none
- * with enough to complete.  Only beside a working process that is not
- * fresh: when all are, the shares after the growth serve them.
- */
-static void
-start_shares(GmGuardProc *procs, int n, int64 *budget)
-{
-	int			nfresh = 0;
-	int			seen = 0;
-	bool		older = false;
-	int64		pool;
-
-	for (int i = 0; i < n; i++)
-	{
-		if (!procs[i].working)
-			continue;
-		if (procs[i].fresh && procs[i].reserved <= 0)
-			nfresh++;
-		else if (!procs[i].fresh)
-			older = true;
-	}
-	if (nfresh == 0 || !older)
-		return;
-	pool = *budget / 2;
-	for (int i = 0; i < n; i++)
-	{
-		GmGuardProc *p = &procs[i];
-		int64		more;
-
-		if (!p->working || !p->fresh || p->reserved > 0)
-			continue;
-		more = ++seen < nfresh ? pool / 2 : pool;
-		more = Min(more, Max(GM_GUARD_START_SHARE - Max(p->vmdata - p->since_vmdata, 0), 0));
-		more -= more % GM_GUARD_GRAIN;
-		p->allow += more;
-		pool -= more;
-		*budget -= more;
-	}
-}
-
-/*
  * The policy: sets each process's decision fields (working, allow, message,
  * reserve, limit, set, lowered) and out.  Sorts procs by since.  With the guard not
  * engaged after this look, every limit is GM_NO_LIMIT.
@@ -564,8 +509,7 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 			budget -= more;
 		}
 	}
-	/* The start shares, then the working, the earliest first: twice their last growth. */
-	start_shares(procs, n, &budget);
+	/* Working processes, the earliest first: twice their growth claim ... */
 	grow_pass(procs, n, &budget);
 	/*
 	 * ... then what is left: half in equal shares, so that a statement that

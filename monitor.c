@@ -998,10 +998,11 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 			 in.usage, d.headroom, in.asked_pending, d.budget, d.reserve, d.nworking, ncand);
 		for (int i = 0; i < ncand; i++)
 			if (cands[i].working || cands[i].started)
-				elog(DEBUG2, "glibc_malloc memory guard look: pid %d vmdata " INT64_FORMAT " rss " INT64_FORMAT " growth " INT64_FORMAT " grown " INT64_FORMAT " waits %d started %d reserved " INT64_FORMAT ": allow " INT64_FORMAT " limit " INT64_FORMAT,
+				elog(DEBUG2, "glibc_malloc memory guard look: pid %d vmdata " INT64_FORMAT " rss " INT64_FORMAT " growth " INT64_FORMAT " grown " INT64_FORMAT " waits %d started %d fresh %d (mapped " INT64_FORMAT ") reserved " INT64_FORMAT ": allow " INT64_FORMAT " limit " INT64_FORMAT,
 					 cands[i].pid, cands[i].vmdata, cands[i].rss,
 					 cands[i].growth == GM_GROWTH_UNKNOWN ? -1 : cands[i].growth, cands[i].grown,
-					 (int) cands[i].waits_for_client, (int) cands[i].started, cands[i].reserved,
+					 (int) cands[i].waits_for_client, (int) cands[i].started,
+					 (int) cands[i].fresh, cands[i].vmdata - cands[i].since_vmdata, cands[i].reserved,
 					 cands[i].allow, cands[i].limit);
 	}
 

@@ -391,52 +391,12 @@ main(void)
 	}
 
 	/*
-	 * Short statements beside longer ones that grow (a mixed workload, read
-	 * from a look of t/044): 17 statements that began earlier grew 10 to 16
-	 * MB each over the last window, twice that is more than the budget; 3
-	 * that just started (fresh, their growth not shown yet) get their start
-	 * share first, and the earlier ones share the rest by their growth.
+	 * Statements that just started (fresh): what they claim, and the
+	 * shares after the growth.
 	 */
 	{
 		GmGuardProc pr[21];
 		GmGuardInput in2;
-		int64		sum = 0;
-		bool		fresh_ok = true;
-		bool		first_ok;
-
-		memset(&in2, 0, sizeof(in2));
-		in2.limit = 4000 * MB;
-		in2.engaged = true;
-		in2.usage = 4000 * MB - 200 * MB - 400 * MB;
-		for (int i = 0; i < 17; i++)
-		{
-			pr[i] = proc(i + 1, 40 * MB, (10 + i % 7) * MB, false, false);
-			pr[i].since = i + 1;
-		}
-		for (int i = 17; i < 20; i++)
-		{
-			pr[i] = proc(i + 1, 16 * MB, 0, false, i == 19);
-			pr[i].since = i + 1;
-			pr[i].fresh = true;
-			pr[i].since_vmdata = 12 * MB;
-		}
-		gm_guard_policy(&in2, pr, 20, &d);
-		for (int pid = 18; pid <= 20; pid++)
-			fresh_ok = fresh_ok && find(pr, 20, pid)->allow >= 28 * MB;
-		first_ok = find(pr, 20, 1)->allow == 2 * find(pr, 20, 1)->growth;
-		for (int i = 0; i < 20; i++)
-			sum += pr[i].allow;
-		ok(d.engaged && d.budget > 300 * MB && d.budget < 26 * 17 * MB, "17 growing, 3 just started: twice the growth is more than the budget");
-		ok(fresh_ok, "the 3 that just started may map what is left of their 32 MB start share");
-		ok(first_ok && sum == d.budget, "the earliest still twice its growth; all of the budget handed out");
-
-		/* A fresh statement that mapped its start share gets none. */
-		pr[19] = proc(20, 60 * MB, 0, false, false);
-		pr[19].since = 20;
-		pr[19].fresh = true;
-		pr[19].since_vmdata = 12 * MB;
-		gm_guard_policy(&in2, pr, 20, &d);
-		ok(find(pr, 20, 20)->allow == 0, "one that mapped its 32 MB since it began: no more before the growth of the earlier ones");
 
 		/*
 		 * Short statements only (a look of t/044 before an ANALYZE got out
@@ -463,7 +423,23 @@ main(void)
 		ok(d.budget == 340 * MB && find(pr, 21, 21)->allow >= 16 * MB,
 		   "21 short statements, 16 grew in their previous ones: the last, an ANALYZE, may map 16 MB");
 
-		/* All fresh (a burst from pooled sessions): no start shares, the earliest first. */
+		/*
+		 * A fresh statement that mapped nothing yet claims nothing of its
+		 * window's 20 MB (its session's previous statement's), ahead of a
+		 * later one that grows 10 MB a window.
+		 */
+		pr[0] = proc(1, 30 * MB, 20 * MB, false, true);
+		pr[0].since = 1;
+		pr[0].fresh = true;
+		pr[0].since_vmdata = 30 * MB;
+		pr[1] = proc(2, 60 * MB, 10 * MB, false, false);
+		pr[1].since = 2;
+		in2.usage = 4000 * MB - 200 * MB - 30 * MB;
+		gm_guard_policy(&in2, pr, 2, &d);
+		ok(d.budget == 30 * MB && find(pr, 2, 2)->allow >= 20 * MB && find(pr, 2, 1)->allow > 0,
+		   "a fresh statement does not claim its session's previous growth: the later one gets twice its own, the fresh one a share");
+
+		/* All fresh (a burst from pooled sessions): the earliest first. */
 		for (int i = 0; i < 8; i++)
 		{
 			pr[i] = proc(i + 1, 100 * MB, 0, false, true);
@@ -784,10 +760,9 @@ main(void)
 
 	/*
 	 * A burst, look after look (burst_sim): growth not known at first; and
-	 * from pooled sessions (growth known, 0), fresh for the first 10 looks
-	 * (500 ms), beside a long statement that began before them and grows 1
-	 * MB a look: the start shares do not keep the first ones from
-	 * completing.
+	 * from pooled sessions (growth known, 0), fresh for their first 2 looks
+	 * (windows), alone and beside a long statement that began before them
+	 * and grows 1 MB a look.
 	 */
 	burst_sim(false, false);
 	burst_sim(true, false);
