@@ -486,9 +486,11 @@ typedef struct GmGuardProc
 								 * mapped yet (memory_wait); 0 = none */
 	uint64		since;			/* when its current work began, in the
 								 * caller's order (smaller = earlier) */
-	bool		fresh;			/* its work began too lately for growth
+	bool		fresh;			/* its work began too recently for growth
 								 * to show it (GM_GUARD_FRESH_MS) ... */
-	int64		since_vmdata;	/* ... and its VmData then */
+	int64		since_vmdata;	/* ... and its VmData then (at the look
+								 * before it, for a statement that
+								 * started since) */
 	/* the decision */
 	bool		working;
 	int64		allow;			/* it may map this much more, from the budget */

@@ -35,20 +35,20 @@
  * one, below, at most twice what it mapped since its work began) while the
  * budget lasts; what is left goes half in equal shares, half halved (half
  * of it to the earliest, a quarter to the next, ..., the latest the
- * remainder; all of it to one that works alone; only to those whose
- * growth does not show their work yet, if any), so that a
- * statement that just started, its growth unknown, still gets room.
- *
- * A fresh statement is one whose work began within the last two growth
- * windows: its process's growth does not show it yet, but mostly its
- * previous statement's.  In a mixed workload of short statements, those
- * that had ended took twice what they no longer used, the whole budget,
- * and a statement that just started (an ANALYZE of 20 MB) got nothing but
- * its reserve.  What one
+ * remainder; all of it to one that works alone), so that a statement that
+ * just started, its growth unknown, still gets room.  What one
  * class does not take goes to the other.  So in a
  * burst of statements that do not all fit, the first ones complete and the
  * last ones get the ERROR early, before they hold much (served smallest
  * first, all would grow together and most fail near the target).
+ *
+ * A fresh statement is one whose work began within the last two growth
+ * windows (as the monitor saw it: from its VmData at the look before its
+ * start, when it started since): its process's growth does not show it
+ * yet, but mostly its previous statement's.  In a mixed workload of short
+ * statements that follow one another, those that had ended took twice
+ * what they no longer used, the whole budget, and a statement that just
+ * started (an ANALYZE of 20 MB) got nothing but its reserve.
  *
  * A statement admitted after waiting for memory (memory_wait) gets what
  * it reserved and has not mapped yet before anybody gets anything: the
@@ -360,13 +360,6 @@ cmp_since_asc(const void *a, const void *b)
 	return (x->vmdata < y->vmdata) - (x->vmdata > y->vmdata);
 }
 
-/* Whether a working process's growth does not show its work yet: not known, or its work just began. */
-static bool
-growth_unshown(const GmGuardProc *p)
-{
-	return p->growth == GM_GROWTH_UNKNOWN || p->fresh || p->started;
-}
-
 /*
  * The growth a working process claims twice: its last window's, but for a
  * fresh one at most what its work mapped since it began (the window's is
@@ -381,24 +374,6 @@ growth_claim(const GmGuardProc *p)
 	if (p->fresh)
 		growth = Min(growth, Max(p->vmdata - p->since_vmdata, 0));
 	return growth;
-}
-
-/* The growth pass: each working process, the earliest first, twice its growth claim while the budget lasts. */
-static void
-grow_pass(GmGuardProc *procs, int n, int64 *budget)
-{
-	for (int i = 0; i < n; i++)
-	{
-		GmGuardProc *p = &procs[i];
-		int64		growth = growth_claim(p);
-		int64		more;
-
-		if (!p->working)
-			continue;
-		more = Min(2 * growth, *budget);
-		p->allow += more;
-		*budget -= more;
-	}
 }
 
 /*
@@ -510,7 +485,18 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 		}
 	}
 	/* Working processes, the earliest first: twice their growth claim ... */
-	grow_pass(procs, n, &budget);
+	for (int i = 0; i < n; i++)
+	{
+		GmGuardProc *p = &procs[i];
+		int64		more;
+
+		if (!p->working)
+			continue;
+		more = Min(2 * growth_claim(p), budget);
+
+		p->allow += more;
+		budget -= more;
+	}
 	/*
 	 * ... then what is left: half in equal shares, so that a statement that
 	 * just started, its growth unknown, gets a share of the room; the other half
@@ -526,32 +512,20 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 		int64		share = budget / 2 / nworking;
 		int64		halves;
 		int			seen = 0;
-		int			nhalf = 0;
 		int			earliest = -1;
-		bool		unshown_only;
 
 		share -= share % GM_GUARD_GRAIN;
 		halves = budget - share * nworking;
 		for (int i = 0; i < n; i++)
-			if (procs[i].working && growth_unshown(&procs[i]))
-				nhalf++;
-		/* The halves to those whose growth does not show yet, if any. */
-		unshown_only = nhalf > 0;
-		if (!unshown_only)
-			nhalf = nworking;
-		for (int i = 0; i < n; i++)
 		{
-			int64		half = 0;
+			int64		half;
 
 			if (!procs[i].working)
 				continue;
-			if (!unshown_only || growth_unshown(&procs[i]))
-			{
-				if (earliest < 0)
-					earliest = i;
-				half = ++seen < nhalf ? halves / 2 : halves;
-				half -= half % GM_GUARD_GRAIN;
-			}
+			if (earliest < 0)
+				earliest = i;
+			half = ++seen < nworking ? halves / 2 : halves;
+			half -= half % GM_GUARD_GRAIN;
 			procs[i].allow += share + half;
 			halves -= half;
 		}

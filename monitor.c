@@ -514,6 +514,7 @@ guard_measure(const GmLimits *l, const GmSnapshot *snaps, int n, bool observe, i
 		uint32		starts;
 		bool		waits;
 		bool		in_statement;
+		int64		prev_vm;
 
 		if (!s->guarded || s->pid == 0)
 			continue;
@@ -531,6 +532,8 @@ guard_measure(const GmLimits *l, const GmSnapshot *snaps, int n, bool observe, i
 		 * (catalog catch-up and NOTIFY delivery at its idle point stay in
 		 * its reserve meanwhile).
 		 */
+		/* The last look's reading: VmData before a statement that started since. */
+		prev_vm = g->read_pid == s->pid ? g->read_vmdata : -1;
 		g->reused = g->read_pid == s->pid && g->counted_idle && g->pid == s->pid &&
 			g->limit != GM_NO_LIMIT && waits && !in_statement && starts == g->starts &&
 			mono - g->read_at < (int64) GM_GUARD_REREAD_MS * 1000;
@@ -624,7 +627,8 @@ guard_measure(const GmLimits *l, const GmSnapshot *snaps, int n, bool observe, i
 			g->since_pid = s->pid;
 			g->since = guard_looks;
 			g->since_at = mono;
-			g->since_vmdata = vm;
+			/* A statement that started since the last look may have mapped before this one. */
+			g->since_vmdata = c->started && prev_vm >= 0 ? Min(vm, prev_vm) : vm;
 		}
 		c->since = g->since;
 		/* Growth shows its work only after a whole window of it. */

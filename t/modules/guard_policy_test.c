@@ -44,6 +44,16 @@ proc(int pid, int64 vmdata, int64 growth, bool waits, bool started)
 	return p;
 }
 
+/* name and suffix, in a static buffer (for one ok() at a time). */
+static const char *
+joined(const char *name, const char *suffix)
+{
+	static char buf[300];
+
+	snprintf(buf, sizeof(buf), "%s%s", name, suffix);
+	return buf;
+}
+
 /* A pseudo-random number (a fixed sequence). */
 static uint32 seed = 12345;
 static uint32
@@ -70,7 +80,7 @@ find(GmGuardProc *procs, int n, int pid)
  * limit gets the ERROR and frees what it holds; one that reaches 60 MB
  * completes and frees it.  At least 2 complete, and the usage never passes
  * the target.  pooled: from sessions whose growth is known (0), fresh for
- * their first 10 looks; old: beside a statement that began before them,
+ * their first 2 looks (windows); old: beside a statement that began before them,
  * growing 1 MB a look (its growth taken from the 586 MB).
  */
 static void
@@ -85,6 +95,7 @@ burst_sim(bool pooled, bool old)
 	int			completed = 0;
 	int			failed = 0;
 	bool		over = false;
+	bool		old_starved = false;
 	int			n = old ? 9 : 8;
 	char		name[200];
 
@@ -118,6 +129,9 @@ burst_sim(bool pooled, bool old)
 			pr[8].since = 0;
 		}
 		gm_guard_policy(&in, pr, n, &d);
+		/* The older statement's next step of 1 MB always fits. */
+		if (old && find(pr, n, 100)->limit < find(pr, n, 100)->vmdata + 2 * MB)
+			old_starved = true;
 		for (int i = 0; i < 8; i++)
 		{
 			GmGuardProc *p = find(pr, n, i + 1);
@@ -144,15 +158,17 @@ burst_sim(bool pooled, bool old)
 		}
 	}
 	/*
-	 * Beside an older statement, 1: it is the earliest, and takes half of
-	 * what is left after the growth at each look where none of the burst is
-	 * fresh (the second to complete runs short of it).
+	 * Beside an older statement, 1 (as with the policy before fresh
+	 * statements were told apart): it is the earliest, and takes half of
+	 * what is left after the growth at each look (the second to complete
+	 * runs short of it); its own steps always fit.
 	 */
-	snprintf(name, sizeof(name), "a burst of 8 where 2.5 fit%s%s: at least %d complete",
-			 pooled ? ", from pooled sessions" : "", old ? ", beside an older statement" : "",
-			 old ? 1 : 2);
-	ok(completed >= (old ? 1 : 2), name);
-	ok(!over, "and the usage stays under the target");
+	snprintf(name, sizeof(name), "a burst of 8 where 2.5 fit%s%s",
+			 pooled ? ", from pooled sessions" : "", old ? ", beside an older statement" : "");
+	ok(completed >= (old ? 1 : 2), joined(name, old ? ": at least 1 completes" : ": at least 2 complete"));
+	ok(!over, joined(name, ": the usage stays under the target"));
+	if (old)
+		ok(!old_starved, joined(name, ": the older statement's next step always fits"));
 }
 
 int
@@ -438,6 +454,12 @@ main(void)
 		gm_guard_policy(&in2, pr, 2, &d);
 		ok(d.budget == 30 * MB && find(pr, 2, 2)->allow >= 20 * MB && find(pr, 2, 1)->allow > 0,
 		   "a fresh statement does not claim its session's previous growth: the later one gets twice its own, the fresh one a share");
+
+		/* Its VmData below where its work began (it freed): claims nothing, fails nothing. */
+		pr[0].since_vmdata = 40 * MB;
+		gm_guard_policy(&in2, pr, 2, &d);
+		ok(find(pr, 2, 2)->allow >= 20 * MB && find(pr, 2, 1)->allow >= 0 && find(pr, 2, 1)->allow < 20 * MB,
+		   "a fresh statement below its VmData at the start claims nothing (not a negative growth)");
 
 		/* All fresh (a burst from pooled sessions): the earliest first. */
 		for (int i = 0; i < 8; i++)
