@@ -43,12 +43,12 @@
  * first, all would grow together and most fail near the target).
  *
  * A fresh statement is one whose work began within the last two growth
- * windows (as the monitor saw it: from its VmData at the look before its
- * start, when it started since): its process's growth does not show it
- * yet, but mostly its previous statement's.  In a mixed workload of short
- * statements that follow one another, those that had ended took twice
- * what they no longer used, the whole budget, and a statement that just
- * started (an ANALYZE of 20 MB) got nothing but its reserve.
+ * windows, as the monitor saw it; what it mapped since counts from its
+ * VmData then (for a statement that started since the last reading, from
+ * that reading).  Its process's growth over the last window is mostly its
+ * previous statement's, which ended: in a mixed workload of short
+ * statements that follow one another, claims of that growth would take the
+ * whole budget from the statement that just started (docs/design.md).
  *
  * A statement admitted after waiting for memory (memory_wait) gets what
  * it reserved and has not mapped yet before anybody gets anything: the

@@ -532,7 +532,7 @@ guard_measure(const GmLimits *l, const GmSnapshot *snaps, int n, bool observe, i
 		 * (catalog catch-up and NOTIFY delivery at its idle point stay in
 		 * its reserve meanwhile).
 		 */
-		/* The last look's reading: VmData before a statement that started since. */
+		/* The last reading: VmData before a statement that started since. */
 		prev_vm = g->read_pid == s->pid ? g->read_vmdata : -1;
 		g->reused = g->read_pid == s->pid && g->counted_idle && g->pid == s->pid &&
 			g->limit != GM_NO_LIMIT && waits && !in_statement && starts == g->starts &&
@@ -627,7 +627,11 @@ guard_measure(const GmLimits *l, const GmSnapshot *snaps, int n, bool observe, i
 			g->since_pid = s->pid;
 			g->since = guard_looks;
 			g->since_at = mono;
-			/* A statement that started since the last look may have mapped before this one. */
+			/*
+			 * A statement that started since the last reading may have
+			 * mapped before this one: at most that reading (an older one,
+			 * of an idle backend, only lowers the claim).
+			 */
 			g->since_vmdata = c->started && prev_vm >= 0 ? Min(vm, prev_vm) : vm;
 		}
 		c->since = g->since;

@@ -455,11 +455,35 @@ main(void)
 		ok(d.budget == 30 * MB && find(pr, 2, 2)->allow >= 20 * MB && find(pr, 2, 1)->allow > 0,
 		   "a fresh statement does not claim its session's previous growth: the later one gets twice its own, the fresh one a share");
 
-		/* Its VmData below where its work began (it freed): claims nothing, fails nothing. */
+		/*
+		 * Its VmData below where its work began (it freed): it claims 0,
+		 * not a negative growth; of the 10 MB left, 2.5 MB equal shares
+		 * each, the earliest half of the other 5 MB.
+		 */
 		pr[0].since_vmdata = 40 * MB;
 		gm_guard_policy(&in2, pr, 2, &d);
-		ok(find(pr, 2, 2)->allow >= 20 * MB && find(pr, 2, 1)->allow >= 0 && find(pr, 2, 1)->allow < 20 * MB,
-		   "a fresh statement below its VmData at the start claims nothing (not a negative growth)");
+		ok(find(pr, 2, 1)->allow == 5 * MB && find(pr, 2, 2)->allow == 25 * MB,
+		   "a fresh statement below its VmData at the start claims nothing: 5 MB of shares, the other 25 MB");
+
+		/*
+		 * A long aggregate that began first (grew 4 MB over the last
+		 * window) beside 5 fresh short statements that mapped nothing yet,
+		 * 100 MB of budget: it keeps the earliest half of what is left,
+		 * room for its hash table to double by 32 MB.
+		 */
+		in2.usage = 4000 * MB - 200 * MB - 100 * MB;
+		pr[0] = proc(1, 200 * MB, 4 * MB, false, false);
+		pr[0].since = 1;
+		for (int i = 1; i < 6; i++)
+		{
+			pr[i] = proc(i + 1, 10 * MB, 0, false, true);
+			pr[i].since = i + 1;
+			pr[i].fresh = true;
+			pr[i].since_vmdata = 10 * MB;
+		}
+		gm_guard_policy(&in2, pr, 6, &d);
+		ok(d.budget == 100 * MB && find(pr, 6, 1)->allow >= 32 * MB,
+		   "a long aggregate beside 5 fresh short statements: 32 MB of room or more, the earliest half of what is left");
 
 		/* All fresh (a burst from pooled sessions): the earliest first. */
 		for (int i = 0; i < 8; i++)
