@@ -488,9 +488,9 @@ typedef struct GmGuardProc
 								 * caller's order (smaller = earlier) */
 	bool		fresh;			/* its work began too recently for growth
 								 * to show it (GM_GUARD_FRESH_MS) ... */
-	int64		since_vmdata;	/* ... and its VmData then (at the look
-								 * before it, for a statement that
-								 * started since) */
+	int64		since_vmdata;	/* ... and its VmData then (the last
+								 * reading before it, for a statement
+								 * that started since) */
 	/* the decision */
 	bool		working;
 	int64		allow;			/* it may map this much more, from the budget */

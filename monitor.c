@@ -523,6 +523,9 @@ guard_measure(const GmLimits *l, const GmSnapshot *snaps, int n, bool observe, i
 		starts = gm_shmem_guard_starts(s->slot);
 		in_statement = gm_shmem_guard_in_statement(s->slot, s->pid);
 
+		/* The last reading: VmData before a statement that started since. */
+		prev_vm = g->read_pid == s->pid ? g->read_vmdata : -1;
+
 		/*
 		 * /proc/PID/status, twice, is most of a look's cost: read it again
 		 * only for a process that may have changed.  One that the last look
@@ -532,8 +535,6 @@ guard_measure(const GmLimits *l, const GmSnapshot *snaps, int n, bool observe, i
 		 * (catalog catch-up and NOTIFY delivery at its idle point stay in
 		 * its reserve meanwhile).
 		 */
-		/* The last reading: VmData before a statement that started since. */
-		prev_vm = g->read_pid == s->pid ? g->read_vmdata : -1;
 		g->reused = g->read_pid == s->pid && g->counted_idle && g->pid == s->pid &&
 			g->limit != GM_NO_LIMIT && waits && !in_statement && starts == g->starts &&
 			mono - g->read_at < (int64) GM_GUARD_REREAD_MS * 1000;
