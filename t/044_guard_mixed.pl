@@ -201,8 +201,11 @@ diag sprintf('engaged: usage %.0f MB, target %.0f MB, headroom %.0f MB (the scri
 	$g->[3] / $MB, $g->[4] / $MB, ($g->[4] - $g->[3]) / $MB, $need / $MB);
 cmp_ok($g->[4] - $g->[3], '>', $need, 'the headroom is more than the script needs');
 
-for my $track (map { ('none', 'top') } 1 .. $rounds)
+for my $case (map { my $r = $_; map { [$r, $_] } 'none', 'top' } 1 .. $rounds)
 {
+	my ($round, $track) = @$case;
+	# With several rounds, each test's name says which.
+	my $in = $rounds > 1 ? "round $round, " : '';
 	set_conf('glibc_malloc.track_statements', $track);
 	my $before = counts();
 	($rc, $done, $err, $nlimited) = mixed();
@@ -210,21 +213,21 @@ for my $track (map { ('none', 'top') } 1 .. $rounds)
 	my $oom = $after->[0] - $before->[0];
 	diag sprintf('guard engaged, track_statements = %s: %d of %d transactions, %d out of memory, %d backends seen limited, engaged at the end: %s, headroom %.0f MB',
 		$track, $done, $clients * $runs, $oom, $nlimited, $after->[2], ($after->[4] - $after->[3]) / $MB);
-	cmp_ok($nlimited, '>=', $clients / 2, "engaged, track_statements = $track: the kernel holds a soft RLIMIT_DATA for its backends (/proc/PID/limits)");
-	is($after->[2], 't', "engaged, track_statements = $track: the guard was still engaged at the end");
+	cmp_ok($nlimited, '>=', $clients / 2, "${in}engaged, track_statements = $track: the kernel holds a soft RLIMIT_DATA for its backends (/proc/PID/limits)");
+	is($after->[2], 't', "${in}engaged, track_statements = $track: the guard was still engaged at the end");
 	# Now and then a statement gets the guard's out of memory (issue #42:
 	# one that just started, limited among the latest, may run past its
 	# share before the next look), never another error.
 	diag $err if $oom;
-	is($after->[1] - $before->[1], $oom, "engaged, track_statements = $track: an out of memory is the guard's (guard_errors)");
-	cmp_ok($done, '>=', 0.9 * $clients * $runs, "engaged, track_statements = $track: at least 90 % of the transactions complete");
-	unlike($err, qr/ERROR:  (?!out of memory)/, "engaged, track_statements = $track: no other error");
+	is($after->[1] - $before->[1], $oom, "${in}engaged, track_statements = $track: an out of memory is the guard's (guard_errors)");
+	cmp_ok($done, '>=', 0.9 * $clients * $runs, "${in}engaged, track_statements = $track: at least 90 % of the transactions complete");
+	unlike($err, qr/ERROR:  (?!out of memory)/, "${in}engaged, track_statements = $track: no other error");
   TODO:
 	{
 		local $TODO = 'issue #42: a statement that just started may run past its share before the next look';
-		is($rc, 0, "engaged, track_statements = $track: pgbench succeeds");
-		is($done, $clients * $runs, "engaged, track_statements = $track: every transaction completes, as with the guard off");
-		is($oom, 0, "engaged, track_statements = $track: 0 out of memory");
+		is($rc, 0, "${in}engaged, track_statements = $track: pgbench succeeds");
+		is($done, $clients * $runs, "${in}engaged, track_statements = $track: every transaction completes, as with the guard off");
+		is($oom, 0, "${in}engaged, track_statements = $track: 0 out of memory");
 	}
 }
 

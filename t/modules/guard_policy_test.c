@@ -485,6 +485,70 @@ main(void)
 		ok(d.budget == 100 * MB && find(pr, 6, 1)->allow >= 32 * MB,
 		   "a long aggregate beside 5 fresh short statements: 32 MB of room or more, the earliest half of what is left");
 
+		/*
+		 * A look of t/044 before an ANALYZE got out of memory (DEBUG2,
+		 * every field as read): 20 working, all fresh, 401 MB of budget;
+		 * the earliest, INSERTs of a jsonb_agg that mapped 12 to 18 MB,
+		 * claimed twice their growth and took the halves on top of it (the
+		 * first 67 MB); the ANALYZE, last, had mapped nothing and got 3.5
+		 * MB, and mapped 7 MB before the next look.  The halves are room for
+		 * a jump (a doubling), at most twice what a statement mapped:
+		 * beyond it they go on to those whose size is not known yet.
+		 */
+		{
+			static const struct
+			{
+				int			pid;
+				int64		vmdata,
+							rss,
+							growth,
+							mapped;
+				bool		waits,
+							started;
+			}			look[] = {
+				{1036, 22761472, 15630336, 13086720, 13877248, false, false},
+				{1037, 22761472, 15712256, 12034048, 12034048, false, false},
+				{1039, 22761472, 15630336, 12034048, 12034048, false, false},
+				{1034, 8884224, 9277440, 3481600, 1773568, false, false},
+				{1028, 24862720, 15855616, 10883072, 17780736, false, false},
+				{1030, 24862720, 16404480, 8781824, 15978496, false, false},
+				{1033, 22761472, 15630336, 9871360, 12034048, false, false},
+				{1035, 22761472, 15630336, 10985472, 12034048, false, false},
+				{1020, 22761472, 15392768, 11395072, 15679488, false, false},
+				{1023, 24862720, 16035840, 11395072, 15978496, false, false},
+				{1024, 22761472, 15634432, 6680576, 12034048, false, false},
+				{1032, 20279296, 12484608, 1843200, 9551872, false, false},
+				{1038, 20279296, 12472320, 1843200, 9551872, false, false},
+				{1025, 16080896, 10502144, 5353472, 5353472, false, false},
+				{1026, 16080896, 10911744, 5353472, 5353472, false, false},
+				{1031, 16080896, 9920512, 5353472, 5353472, false, false},
+				{1022, 11972608, 12296192, -3149824, 311296, false, false},
+				{1029, 9609216, 9916416, -13152256, 0, false, true},
+				{1027, 8884224, 9277440, -1843200, 0, false, true},
+				{1021, 8884224, 9277440, 2957312, 0, true, true},
+			};
+
+			memset(&in2, 0, sizeof(in2));
+			in2.limit = 5120 * MB;
+			in2.engaged = true;
+			in2.usage = 4601909248;
+			in2.asked_pending = 12147728;
+			for (int i = 0; i < 20; i++)
+			{
+				pr[i] = proc(look[i].pid, look[i].vmdata, look[i].growth, look[i].waits, look[i].started);
+				pr[i].rss = look[i].rss;
+				pr[i].since = i + 1;
+				pr[i].fresh = true;
+				pr[i].since_vmdata = look[i].vmdata - look[i].mapped;
+			}
+			gm_guard_policy(&in2, pr, 20, &d);
+			ok(d.budget == 401640464 && find(pr, 20, 1021)->allow >= 8 * MB &&
+			   find(pr, 20, 1027)->allow >= 8 * MB && find(pr, 20, 1029)->allow >= 8 * MB,
+			   "t/044's look: 20 fresh, the 3 that mapped nothing yet may map 8 MB or more each, not the earliest's halves");
+			ok(find(pr, 20, 1036)->allow >= 2 * 13086720 && find(pr, 20, 1036)->allow <= 2 * 13877248 + 8 * MB,
+			   "t/044's look: the earliest keeps twice its growth, and takes of the halves no more than twice what it mapped");
+		}
+
 		/* All fresh (a burst from pooled sessions): the earliest first. */
 		for (int i = 0; i < 8; i++)
 		{
