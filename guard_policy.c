@@ -373,7 +373,7 @@ growth_claim(const GmGuardProc *p)
 {
 	int64		growth = p->growth == GM_GROWTH_UNKNOWN ? 0 : Max(p->growth, 0);
 
-	if (p->fresh)
+	if (p->fresh && p->since_vmdata >= 0)
 		growth = Min(growth, Max(p->vmdata - p->since_vmdata, 0));
 	return growth;
 }
@@ -384,14 +384,18 @@ growth_claim(const GmGuardProc *p)
  * growth does not show, a hash table's or a sort's array doubling, which
  * maps about what the statement holds again at most (the array sits beside
  * the rows it points to).  One that mapped nothing since (it just started,
- * or reuses free heap) has no bound: its size is unknown.
+ * or reuses free heap), or whose start the monitor did not see (a
+ * statement already large when the guard began to measure), has no bound:
+ * its size is unknown.
  */
 static int64
 halves_cap(const GmGuardProc *p)
 {
 	int64		mapped = p->vmdata - p->since_vmdata;
 
-	return mapped <= 0 ? PG_INT64_MAX : Max(mapped - p->allow, 0);
+	if (p->since_vmdata < 0 || mapped <= 0)
+		return PG_INT64_MAX;
+	return Max(mapped - p->allow, 0);
 }
 
 /*

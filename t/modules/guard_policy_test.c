@@ -549,6 +549,45 @@ main(void)
 			   "t/044's look: the earliest keeps twice its growth, and takes of the halves no more than twice what it mapped");
 		}
 
+		/*
+		 * The same aggregate, already large when the monitor first saw it
+		 * (its start not seen: since_vmdata -1), 4 MB mapped since: its
+		 * size is not what it mapped since, and it keeps the earliest half
+		 * of what is left; known to have mapped 4 MB since it began, it
+		 * takes 4 MB of the halves at most, and the fresh ones the rest.
+		 */
+		memset(&in2, 0, sizeof(in2));
+		in2.limit = 4000 * MB;
+		in2.engaged = true;
+		in2.usage = 4000 * MB - 200 * MB - 100 * MB;
+		for (int i = 1; i < 6; i++)
+		{
+			pr[i] = proc(i + 1, 10 * MB, 0, false, true);
+			pr[i].since = i + 1;
+			pr[i].fresh = true;
+			pr[i].since_vmdata = 10 * MB;
+		}
+		pr[0] = proc(1, 200 * MB, 4 * MB, false, false);
+		pr[0].since = 1;
+		pr[0].since_vmdata = -1;
+		gm_guard_policy(&in2, pr, 6, &d);
+		ok(find(pr, 6, 1)->allow >= 32 * MB,
+		   "a long aggregate whose start the monitor did not see, beside 5 fresh short statements: 32 MB of room or more");
+		pr[find(pr, 6, 1) - pr] = proc(1, 200 * MB, 4 * MB, false, false);
+		find(pr, 6, 1)->since = 1;
+		find(pr, 6, 1)->since_vmdata = 196 * MB;
+		gm_guard_policy(&in2, pr, 6, &d);
+		ok(find(pr, 6, 1)->allow < 32 * MB && find(pr, 6, 2)->allow > find(pr, 6, 1)->allow - 8 * MB,
+		   "a statement known to have mapped 4 MB since it began takes no more of the halves than that");
+
+		/* Fresh, its start not seen: it claims its window's growth. */
+		pr[0] = proc(1, 200 * MB, 10 * MB, false, false);
+		pr[0].since = 1;
+		pr[0].fresh = true;
+		pr[0].since_vmdata = -1;
+		gm_guard_policy(&in2, pr, 1, &d);
+		ok(find(pr, 1, 1)->allow >= 20 * MB, "a fresh statement whose start the monitor did not see claims twice its window's growth");
+
 		/* All fresh (a burst from pooled sessions): the earliest first. */
 		for (int i = 0; i < 8; i++)
 		{
