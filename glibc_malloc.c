@@ -904,11 +904,18 @@ utility_runs_no_executor(Node *stmt)
 		(IsA(stmt, CopyStmt) && ((CopyStmt *) stmt)->is_from);
 }
 
+/* Whether a utility statement is a COPY FROM STDIN: it reads its rows from the client inside itself. */
+static bool
+copy_from_client(Node *stmt)
+{
+	return IsA(stmt, CopyStmt) && ((CopyStmt *) stmt)->is_from && ((CopyStmt *) stmt)->filename == NULL;
+}
+
 /* Whether a utility statement takes part in the admission (admitted_utility). */
 static bool
 utility_admitted(Node *stmt)
 {
-	if (IsA(stmt, CopyStmt) && ((CopyStmt *) stmt)->is_from && ((CopyStmt *) stmt)->filename == NULL)
+	if (copy_from_client(stmt))
 		return false;
 	for (int i = 0; i < lengthof(admitted_utility); i++)
 		if (nodeTag(stmt) == admitted_utility[i])
@@ -1010,10 +1017,7 @@ gm_ProcessUtility(GM_PU_ARGS)
 		mapped_desc = NULL;
 		gm_guard_wait_end();
 		gm_guard_top_statement_start();
-		/* COPY FROM STDIN reads its rows from the client inside itself. */
-		if (IsA(pstmt->utilityStmt, CopyStmt) &&
-			((CopyStmt *) pstmt->utilityStmt)->is_from &&
-			((CopyStmt *) pstmt->utilityStmt)->filename == NULL)
+		if (copy_from_client(pstmt->utilityStmt))
 			gm_guard_reads_client(true);
 	}
 	gm_guard_apply();
