@@ -490,8 +490,7 @@ typedef struct GmGuardProc
 								 * to show it (GM_GUARD_FRESH_MS) ... */
 	int64		since_vmdata;	/* ... and its VmData then (the last
 								 * reading before it, for a statement
-								 * that started since); -1 = not known
-								 * (the monitor did not see it begin) */
+								 * that started since) */
 	/* the decision */
 	bool		working;
 	int64		allow;			/* it may map this much more, from the budget */

@@ -35,10 +35,8 @@
  * one, below, at most twice what it mapped since its work began) while the
  * budget lasts; what is left goes half in equal shares, half halved (half
  * of it to the earliest, a quarter to the next, ..., the latest the
- * remainder; all of it to one that works alone; a statement whose size is
- * known takes of it at most what it mapped since its work began, room for
- * a doubling, and leaves the rest to those after it), so that a statement
- * that just started, its growth unknown, still gets room.  What one
+ * remainder; all of it to one that works alone), so that a statement that
+ * just started, its growth unknown, still gets room.  What one
  * class does not take goes to the other.  So in a
  * burst of statements that do not all fit, the first ones complete and the
  * last ones get the ERROR early, before they hold much (served smallest
@@ -373,29 +371,9 @@ growth_claim(const GmGuardProc *p)
 {
 	int64		growth = p->growth == GM_GROWTH_UNKNOWN ? 0 : Max(p->growth, 0);
 
-	if (p->fresh && p->since_vmdata >= 0)
+	if (p->fresh)
 		growth = Min(growth, Max(p->vmdata - p->since_vmdata, 0));
 	return growth;
-}
-
-/*
- * The most a working process takes of the halves: what it mapped since its
- * work began, less its allow so far.  The halves are room for a jump its
- * growth does not show, a hash table's or a sort's array doubling, which
- * maps about what the statement holds again at most (the array sits beside
- * the rows it points to).  One that mapped nothing since (it just started,
- * or reuses free heap), or whose start the monitor did not see (a
- * statement already large when the guard began to measure), has no bound:
- * its size is unknown.
- */
-static int64
-halves_cap(const GmGuardProc *p)
-{
-	int64		mapped = p->vmdata - p->since_vmdata;
-
-	if (p->since_vmdata < 0 || mapped <= 0)
-		return PG_INT64_MAX;
-	return Max(mapped - p->allow, 0);
 }
 
 /*
@@ -524,15 +502,10 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 	 * just started, its growth unknown, gets a share of the room; the other half
 	 * halved, earliest first, the latest the remainder (all of it when one
 	 * works alone), so that in a burst whose growth is not known yet the
-	 * first ones still have the room to complete.  A statement whose size
-	 * is known takes of the halves at most what it mapped (halves_cap), and
-	 * what it leaves goes on down the line: in a mixed workload of short
-	 * statements that all began within a few looks, the earliest took half
-	 * of it on top of twice their growth, and the ones that had just
-	 * started were left a few MB.  The shares are rounded down to
-	 * GM_GUARD_GRAIN (a usage that moves a little changes no limit: a
-	 * thousand prlimit calls per look otherwise); the earliest takes what
-	 * the rounding and the bounds leave.
+	 * first ones still have the room to complete.  The shares are rounded
+	 * down to GM_GUARD_GRAIN (a usage that moves a little changes no limit:
+	 * a thousand prlimit calls per look otherwise); the earliest takes what
+	 * the rounding leaves.
 	 */
 	if (nworking > 0)
 	{
@@ -552,7 +525,6 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 			if (earliest < 0)
 				earliest = i;
 			half = ++seen < nworking ? halves / 2 : halves;
-			half = Min(half, halves_cap(&procs[i]));
 			half -= half % GM_GUARD_GRAIN;
 			procs[i].allow += share + half;
 			halves -= half;

@@ -631,12 +631,9 @@ guard_measure(const GmLimits *l, const GmSnapshot *snaps, int n, bool observe, i
 			/*
 			 * A statement that started since the last reading may have
 			 * mapped before this one: at most that reading (an older one,
-			 * of an idle backend, only lowers the claim).  Work the monitor
-			 * did not see begin (a process it reads for the first time,
-			 * one it counted idle that works without a new statement) has
-			 * no known start: what it holds is not what it mapped since.
+			 * of an idle backend, only lowers the claim).
 			 */
-			g->since_vmdata = c->started && prev_vm >= 0 ? Min(vm, prev_vm) : -1;
+			g->since_vmdata = c->started && prev_vm >= 0 ? Min(vm, prev_vm) : vm;
 		}
 		c->since = g->since;
 		/* Growth shows its work only after a whole window of it. */
@@ -1014,7 +1011,7 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 					 cands[i].pid, cands[i].vmdata, cands[i].rss,
 					 cands[i].growth == GM_GROWTH_UNKNOWN ? -1 : cands[i].growth, cands[i].grown,
 					 (int) cands[i].waits_for_client, (int) cands[i].started,
-					 (int) cands[i].fresh, cands[i].since_vmdata < 0 ? -1 : cands[i].vmdata - cands[i].since_vmdata, cands[i].reserved,
+					 (int) cands[i].fresh, cands[i].vmdata - cands[i].since_vmdata, cands[i].reserved,
 					 cands[i].allow, cands[i].limit);
 	}
 
