@@ -13,11 +13,12 @@
 #    admission) and recorded (top, memory_wait at its default: queries and
 #    utility statements take part in the admission, at least one per
 #    session): every transaction completes, as with the guard off, 0 `out
-#    of memory`, as TODO tests (issue #42: an ANALYZE that just started,
-#    limited among the latest, still gets `out of memory` now and then,
-#    about 1 engaged case in 20, when the statements that began before it
-#    claim the budget); asserted: such an error is the guard's, no other
-#    error, at least 90 % of the transactions complete;
+#    of memory`, as TODO tests (issue #42: a statement that just started,
+#    an ANALYZE or an INSERT that builds a jsonb value, limited among the
+#    latest, still gets `out of memory` now and then, about 1 engaged case
+#    in 20, when the statements that began before it claim the budget);
+#    asserted: such an error is the guard's, no other error, at least 90 %
+#    of the transactions complete;
 #  - 0 OOM kills.
 #
 # Needs a cgroup v1 memory directory writable by the test's user, named by
