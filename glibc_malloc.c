@@ -904,11 +904,12 @@ utility_runs_no_executor(Node *stmt)
 		(IsA(stmt, CopyStmt) && ((CopyStmt *) stmt)->is_from);
 }
 
-/* Whether a utility statement is a COPY FROM STDIN: it reads its rows from the client inside itself. */
+/* Whether a utility statement is a COPY FROM STDIN (it reads its client's rows inside itself). */
 static bool
 copy_from_client(Node *stmt)
 {
-	return IsA(stmt, CopyStmt) && ((CopyStmt *) stmt)->is_from && ((CopyStmt *) stmt)->filename == NULL;
+	return IsA(stmt, CopyStmt) && ((CopyStmt *) stmt)->is_from &&
+		((CopyStmt *) stmt)->filename == NULL;
 }
 
 /* Whether a utility statement takes part in the admission (admitted_utility). */
