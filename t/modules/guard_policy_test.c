@@ -129,8 +129,8 @@ burst_sim(bool pooled, bool old)
 			pr[8].since = 0;
 		}
 		gm_guard_policy(&in, pr, n, &d);
-		/* The older statement's next step of 1 MB always fits. */
-		if (old && find(pr, n, 100)->limit < find(pr, n, 100)->vmdata + 2 * MB)
+		/* The older statement's next step of 1 MB always fits in its room from the budget. */
+		if (old && find(pr, n, 100)->allow < MB)
 			old_starved = true;
 		for (int i = 0; i < 8; i++)
 		{
