@@ -240,6 +240,7 @@ glibc_malloc_doctor(PG_FUNCTION_ARGS)
 	int			nstates;
 	int			idle_count = 0;
 	int64		idle_free = 0;
+	const char *track;
 
 	gm_init_srf(fcinfo);
 
@@ -256,6 +257,13 @@ glibc_malloc_doctor(PG_FUNCTION_ARGS)
 		doctor_row(rsinfo, "track_activities", 0, -1,
 				   "track_activities is off in this session, and maybe in others: before PostgreSQL 14 a backend with it off reports no wait events, so balanced and idle_release_delay never release its idle memory, and glibc_malloc_trim_idle() never finds it idle",
 				   "set track_activities = on (the default)");
+
+	/* Recording on without queryids: nothing is recorded. */
+	track = GetConfigOption("glibc_malloc.track_statements", true, false);
+	if (track != NULL && strcmp(track, "none") != 0 && !GM_QUERY_IDS_COMPUTED())
+		doctor_row(rsinfo, "queryids", 0, -1,
+				   "glibc_malloc.track_statements is on in this session, but statements get no queryids: none is recorded in glibc_malloc_statements, and none takes part in the memory guard's admission (glibc_malloc.memory_wait)",
+				   GM_QUERY_IDS_ACTION);
 
 	n = gm_shmem_snapshots(&snaps);
 

@@ -211,6 +211,19 @@ gm_init_srf(FunctionCallInfo fcinfo)
 #endif
 
 /*
+ * Whether statements get queryids: from PG 14 the core says; on PG 13 only
+ * pg_stat_statements computes them, preloaded (its GUCs exist only then).
+ * And what to do when they do not.
+ */
+#if PG_VERSION_NUM >= 140000
+#define GM_QUERY_IDS_COMPUTED() IsQueryIdEnabled()
+#define GM_QUERY_IDS_ACTION "set compute_query_id = on (a reload is enough), or load pg_stat_statements, or restart the server with glibc_malloc.track_statements on in its configuration (the module asks for queryids only then)"
+#else
+#define GM_QUERY_IDS_COMPUTED() (GetConfigOption("pg_stat_statements.max", true, false) != NULL)
+#define GM_QUERY_IDS_ACTION "load pg_stat_statements (shared_preload_libraries, a restart): on PostgreSQL 13 only it computes queryids"
+#endif
+
+/*
  * post_parse_analyze_hook: PG 14 added the JumbleState (and core
  * queryids); before it only pg_stat_statements computes them, in this
  * hook, after the modules loaded before it.

@@ -525,6 +525,33 @@ if ($pgver >= 140000)
 	is($default->safe_psql('postgres', 'SELECT query_id IS NULL FROM pg_stat_activity WHERE pid = pg_backend_pid()'), 't',
 		'defaults: no queryid computed (compute_query_id = auto stays off)');
 }
+is($default->safe_psql('postgres', "SELECT count(*) FROM glibc_malloc_doctor() WHERE kind = 'queryids'"), 0,
+	'defaults: the doctor has no queryids row (nothing is asked to be recorded)');
+
+# Recording turned on by a reload alone: no queryids, nothing recorded, and
+# the doctor says so and what to do; its advice (14+: compute_query_id = on
+# by a reload) makes statements recorded.
+$default->safe_psql('postgres', "ALTER SYSTEM SET glibc_malloc.track_statements = top; SELECT pg_reload_conf()");
+ok(wait_for(sub { $default->safe_psql('postgres', 'SHOW glibc_malloc.track_statements') eq 'top' }, 10), 'track_statements = top by a reload');
+$default->safe_psql('postgres', "SET work_mem = '64MB'; SELECT count(*) AS reload_marker FROM generate_series(1, 1000) g");
+is($default->safe_psql('postgres', 'SELECT count(*) FROM glibc_malloc_statements'), 0, 'turned on by a reload alone: nothing is recorded');
+my ($dreason, $daction) = split /\|/, $default->safe_psql('postgres',
+	"SELECT reason || '|' || action FROM glibc_malloc_doctor() WHERE kind = 'queryids' AND pid IS NULL AND bytes IS NULL");
+like($dreason, qr/track_statements is on in this session, but statements get no queryids: none is recorded/, 'the doctor says no queryids, nothing recorded');
+if ($pgver >= 140000)
+{
+	like($daction, qr/^set compute_query_id = on \(a reload is enough\)/, 'and to set compute_query_id = on');
+	$default->safe_psql('postgres', "ALTER SYSTEM SET compute_query_id = on; SELECT pg_reload_conf()");
+	ok(wait_for(sub { $default->safe_psql('postgres', 'SHOW compute_query_id') eq 'on' }, 10), 'compute_query_id = on by a reload');
+	is($default->safe_psql('postgres', "SELECT count(*) FROM glibc_malloc_doctor() WHERE kind = 'queryids'"), 0, 'the doctor\'s row is gone');
+	$default->safe_psql('postgres', "SET work_mem = '64MB'; SELECT count(*) AS reload_marker FROM generate_series(1, 1000) g");
+	cmp_ok($default->safe_psql('postgres', 'SELECT count(*) FROM glibc_malloc_statements'), '>=', 1,
+		'and following it, the statement is recorded');
+}
+else
+{
+	like($daction, qr/^load pg_stat_statements/, 'PostgreSQL 13: and to load pg_stat_statements');
+}
 $default->stop;
 
 # Without pg_stat_statements: queryids from the core (14+) through
@@ -542,10 +569,15 @@ else
 	is($rows, 0, 'PostgreSQL 13 without pg_stat_statements: no queryids, no rows');
 	cmp_ok($noid, '>=', 1, 'the statements are counted as without a queryid');
 }
+is($bare->safe_psql('postgres', "SELECT count(*) FROM glibc_malloc_doctor() WHERE kind = 'queryids'"), $pgver >= 140000 ? 0 : 1,
+	'on at start without pg_stat_statements: a doctor\'s queryids row on PostgreSQL 13 only');
 $bare->stop;
 
+is($node->safe_psql('postgres', "SELECT count(*) FROM glibc_malloc_doctor() WHERE kind = 'queryids'"), 0,
+	'with pg_stat_statements: no queryids row');
+
 # Nothing went wrong in any of the servers.
-for my $n ($node, $small, $late, $bare)
+for my $n ($node, $small, $late, $bare, $default)
 {
 	unlike(slurp_file($n->logfile), qr/TRAP|PANIC|server process .* was terminated/, $n->name . ': no crash, no assertion failure');
 }
