@@ -260,10 +260,17 @@ glibc_malloc_doctor(PG_FUNCTION_ARGS)
 
 	/* Recording on without queryids: nothing is recorded. */
 	track = GetConfigOption("glibc_malloc.track_statements", true, false);
-	if (track != NULL && strcmp(track, "none") != 0 && !GM_QUERY_IDS_COMPUTED())
+	if (track != NULL && strcmp(track, "none") != 0 && !gm_query_ids_computed())
+	{
+		/* PostgreSQL 14 and later: with compute_query_id = off, only turning it on helps. */
+		const char *compute = GetConfigOption("compute_query_id", true, false);
+
 		doctor_row(rsinfo, "queryids", 0, -1,
 				   "glibc_malloc.track_statements is on in this session, but statements get no queryids: none is recorded in glibc_malloc_statements, and none takes part in the memory guard's admission (glibc_malloc.memory_wait)",
+				   compute != NULL && strcmp(compute, "off") == 0 ?
+				   "set compute_query_id = on (a reload is enough): with it off, no queryid is computed" :
 				   GM_QUERY_IDS_ACTION);
+	}
 
 	n = gm_shmem_snapshots(&snaps);
 

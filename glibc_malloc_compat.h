@@ -212,15 +212,25 @@ gm_init_srf(FunctionCallInfo fcinfo)
 
 /*
  * Whether statements get queryids: from PG 14 the core says; on PG 13 only
- * pg_stat_statements computes them, preloaded (its GUCs exist only then).
- * And what to do when they do not.
+ * pg_stat_statements computes them, preloaded (its GUCs exist only then,
+ * else a setting of one is a placeholder) and tracking.  And what to do
+ * when they do not (compute_query_id = off is answered apart).
  */
 #if PG_VERSION_NUM >= 140000
-#define GM_QUERY_IDS_COMPUTED() IsQueryIdEnabled()
-#define GM_QUERY_IDS_ACTION "set compute_query_id = on (a reload is enough), or load pg_stat_statements, or restart the server with glibc_malloc.track_statements on in its configuration (the module asks for queryids only then)"
+#define gm_query_ids_computed() IsQueryIdEnabled()
+#define GM_QUERY_IDS_ACTION "set compute_query_id = on (a reload is enough), or restart the server with glibc_malloc.track_statements on in its configuration (the module asks for queryids only then), or load pg_stat_statements (a restart)"
 #else
-#define GM_QUERY_IDS_COMPUTED() (GetConfigOption("pg_stat_statements.max", true, false) != NULL)
-#define GM_QUERY_IDS_ACTION "load pg_stat_statements (shared_preload_libraries, a restart): on PostgreSQL 13 only it computes queryids"
+#include "utils/guc.h"
+/* PG 13: pg_stat_statements loaded and tracking something. */
+static inline bool
+gm_query_ids_computed(void)
+{
+	const char *track = GetConfigOption("pg_stat_statements.track", true, false);
+
+	return track != NULL && strcmp(track, "none") != 0 &&
+		(GetConfigOptionFlags("pg_stat_statements.track", true) & GUC_CUSTOM_PLACEHOLDER) == 0;
+}
+#define GM_QUERY_IDS_ACTION "load pg_stat_statements (shared_preload_libraries, a restart) with pg_stat_statements.track on: on PostgreSQL 13 only it computes queryids"
 #endif
 
 /*

@@ -32,7 +32,7 @@
  * backends that was a thousand prlimit calls per look).  Working processes
  * share the rest in the order their work began (since), the earliest
  * first: each in turn may map twice its last window's growth (a fresh
- * one, below, at most what it mapped since its work began) while the
+ * one, below, at most twice what it mapped since its work began) while the
  * budget lasts; what is left goes half in equal shares, half halved (half
  * of it to the earliest, a quarter to the next, ..., the latest the
  * remainder; all of it to one that works alone), so that a statement that
@@ -361,13 +361,10 @@ cmp_since_asc(const void *a, const void *b)
 }
 
 /*
- * The room a working process claims: twice its last window's growth, but
- * for a fresh one at most what its work mapped since it began, once (the
- * window's growth is mostly its previous statement's: in a mixed workload,
- * short statements that had ended took twice what they no longer used; and
- * twice what they had mapped, 18 inserts done growing took all the room an
- * ANALYZE that began after them needed).  What a statement mapped since it
- * began it may map again before the next look: a doubling.
+ * The growth a working process claims twice: its last window's, but for a
+ * fresh one at most what its work mapped since it began (the window's is
+ * mostly its previous statement's: in a mixed workload, short statements
+ * that had ended took twice what they no longer used).
  */
 static int64
 growth_claim(const GmGuardProc *p)
@@ -375,8 +372,8 @@ growth_claim(const GmGuardProc *p)
 	int64		growth = p->growth == GM_GROWTH_UNKNOWN ? 0 : Max(p->growth, 0);
 
 	if (p->fresh)
-		return Min(2 * growth, Max(p->vmdata - p->since_vmdata, 0));
-	return 2 * growth;
+		growth = Min(growth, Max(p->vmdata - p->since_vmdata, 0));
+	return growth;
 }
 
 /*
@@ -487,7 +484,7 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 			budget -= more;
 		}
 	}
-	/* Working processes, the earliest first: their growth claim ... */
+	/* Working processes, the earliest first: twice their growth claim ... */
 	for (int i = 0; i < n; i++)
 	{
 		GmGuardProc *p = &procs[i];
@@ -495,7 +492,7 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 
 		if (!p->working)
 			continue;
-		more = Min(growth_claim(p), budget);
+		more = Min(2 * growth_claim(p), budget);
 
 		p->allow += more;
 		budget -= more;

@@ -357,7 +357,7 @@ $small->stop;
 # compute_query_id = off (PostgreSQL 14+): nothing recorded, counted as such.
 SKIP:
 {
-	skip 'compute_query_id is PostgreSQL 14+', 3 if $pgver < 140000;
+	skip 'compute_query_id is PostgreSQL 14+', 4 if $pgver < 140000;
 	$node->safe_psql('postgres', 'SELECT glibc_malloc_statements_reset()');
 	$node->safe_psql('postgres', 'SELECT count(*) AS id_marker FROM pg_am');
 	my $before = row_for('SELECT count(*) AS id_marker FROM pg_am');
@@ -366,6 +366,21 @@ SKIP:
 	is(row_for('SELECT count(*) AS id_marker FROM pg_am')->{calls}, 1, 'compute_query_id = off: the same statement run twice more is not');
 	cmp_ok($node->safe_psql('postgres', 'SELECT no_queryid FROM glibc_malloc_statements_info'), '>=', 2,
 		'the statements are counted as without a queryid');
+	like($node->safe_psql('postgres', "SET compute_query_id = off; SELECT action FROM glibc_malloc_doctor() WHERE kind = 'queryids'"),
+		qr/^set compute_query_id = on \(a reload is enough\): with it off, no queryid is computed$/,
+		'compute_query_id = off, pg_stat_statements loaded: the doctor says to turn it on, nothing else');
+}
+
+# PostgreSQL 13: a pg_stat_statements that tracks nothing computes no
+# queryids, and the doctor says so (a setting of pg_stat_statements.track
+# without the library would be a placeholder: no queryids either).
+if ($pgver < 140000)
+{
+	my $noid0 = $node->safe_psql('postgres', 'SELECT no_queryid FROM glibc_malloc_statements_info');
+	like($node->safe_psql('postgres', "SET pg_stat_statements.track = none; SELECT count(*) FROM pg_am; SELECT action FROM glibc_malloc_doctor() WHERE kind = 'queryids'"),
+		qr/^load pg_stat_statements .* with pg_stat_statements.track on/, 'PostgreSQL 13, pg_stat_statements.track = none: a queryids row');
+	cmp_ok($node->safe_psql('postgres', 'SELECT no_queryid FROM glibc_malloc_statements_info'), '>', $noid0,
+		'and indeed its statements have no queryid');
 }
 
 # track_statements: none records nothing; all records nested statements too.
@@ -540,7 +555,7 @@ my ($dreason, $daction) = split /\|/, $default->safe_psql('postgres',
 like($dreason, qr/track_statements is on in this session, but statements get no queryids: none is recorded/, 'the doctor says no queryids, nothing recorded');
 if ($pgver >= 140000)
 {
-	like($daction, qr/^set compute_query_id = on \(a reload is enough\)/, 'and to set compute_query_id = on');
+	like($daction, qr/^set compute_query_id = on \(a reload is enough\), or restart the server with glibc_malloc.track_statements on/, 'and to set compute_query_id = on, or restart');
 	$default->safe_psql('postgres', "ALTER SYSTEM SET compute_query_id = on; SELECT pg_reload_conf()");
 	ok(wait_for(sub { $default->safe_psql('postgres', 'SHOW compute_query_id') eq 'on' }, 10), 'compute_query_id = on by a reload');
 	is($default->safe_psql('postgres', "SELECT count(*) FROM glibc_malloc_doctor() WHERE kind = 'queryids'"), 0, 'the doctor\'s row is gone');

@@ -16,7 +16,7 @@
 #    off, 0 `out of memory`, as TODO tests (issue #42: a statement that just started,
 #    an ANALYZE or an INSERT that builds a jsonb value, limited among the
 #    latest, still gets `out of memory` now and then, about 1 engaged case
-#    in 20, when the statements that began before it claim the budget);
+#    in 10, when the statements that began before it claim the budget);
 #    asserted: such an error is the guard's, no other error, at least 90 %
 #    of the transactions complete;
 #  - 0 OOM kills.

@@ -440,41 +440,6 @@ main(void)
 		   "21 short statements, 16 grew in their previous ones: the last, an ANALYZE, may map 16 MB");
 
 		/*
-		 * Another look of t/044 before an ANALYZE got out of memory (its
-		 * VmData, window growth and what it mapped since it began, in kB):
-		 * 18 inserts building a jsonb_agg value, each done growing at 21 to
-		 * 24 MB, and the ANALYZE, the latest but one, 5.7 MB since it
-		 * began; 315 MB of budget.  Each insert claimed twice what it had
-		 * mapped since it began: the claims took it all, and the ANALYZE
-		 * got its reserve at this look and the next, and failed at 19 MB
-		 * mapped.  A fresh statement claims what it mapped since it began
-		 * once: the ANALYZE may double.
-		 */
-		{
-			static const int64 look[20][3] = {
-				{24276, 15600, 15600}, {22232, 6528, 13556}, {24284, 17368, 17368},
-				{24284, 8760, 13808}, {24284, 8760, 13808}, {22232, 7924, 13556},
-				{22232, 13556, 13556}, {22228, 15312, 15312}, {22228, 11752, 11752},
-				{22228, 11752, 11752}, {22224, 11748, 11748}, {22224, 5228, 15308},
-				{21208, 10732, 12532}, {21208, 564, 12532}, {20696, 10220, 12020},
-				{20688, 10212, 12012}, {20116, 9640, 11440}, {20116, 564, 11440},
-				{12628, 2364, 5712}, {8676, 0, 0}};
-
-			in2.limit = 4000 * MB;
-			in2.usage = 4000 * MB - 200 * MB - 315 * MB;
-			for (int i = 0; i < 20; i++)
-			{
-				pr[i] = proc(i + 1, look[i][0] * 1024, look[i][1] * 1024, false, i >= 18);
-				pr[i].since = i + 1;
-				pr[i].fresh = true;
-				pr[i].since_vmdata = (look[i][0] - look[i][2]) * 1024;
-			}
-			gm_guard_policy(&in2, pr, 20, &d);
-			ok(d.budget == 315 * MB && find(pr, 20, 19)->allow >= 5712 * 1024 && find(pr, 20, 20)->allow > 0,
-			   "18 inserts done growing, an ANALYZE that mapped 5.7 MB: it may map that again, and the latest gets a share");
-		}
-
-		/*
 		 * A fresh statement that mapped nothing yet claims nothing of its
 		 * window's 20 MB (its session's previous statement's), ahead of a
 		 * later one that grows 10 MB a window.
