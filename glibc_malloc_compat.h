@@ -230,7 +230,7 @@ gm_query_ids_computed(void)
 	return track != NULL && strcmp(track, "none") != 0 &&
 		(GetConfigOptionFlags("pg_stat_statements.track", true) & GUC_CUSTOM_PLACEHOLDER) == 0;
 }
-#define GM_QUERY_IDS_ACTION "load pg_stat_statements (shared_preload_libraries, a restart) with pg_stat_statements.track on: on PostgreSQL 13 only it computes queryids"
+#define GM_QUERY_IDS_ACTION "load pg_stat_statements (shared_preload_libraries, a restart) with pg_stat_statements.track = top or all: on PostgreSQL 13 only it computes queryids"
 #endif
 
 /*
