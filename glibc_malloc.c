@@ -171,6 +171,9 @@ params_evaluated(const char *text)
  */
 static QueryDesc *reserved_desc = NULL;
 
+/* The start share held was taken by the top-level planning, for its executor. */
+static bool planned_share = false;
+
 /*
  * A top-level utility statement that went through the admission runs: its
  * reservation or grant lasts until it ends, through the commits inside it
@@ -458,12 +461,19 @@ wait_for_memory(QueryDesc *queryDesc, int eflags)
 	int64		mapped_peak;
 	int64		waited;
 	bool		tracked;
+	bool		planned = planned_share && gm_guard_holds_start_share();
 
-	gm_guard_wait_end();
+	planned_share = false;
 	mapped_desc = NULL;
 	/* Only a client's portal: not deferred triggers or login event triggers. */
 	if (ActivePortal == NULL || (eflags & EXEC_FLAG_EXPLAIN_ONLY) || !gm_guard_may_wait())
+	{
+		gm_guard_wait_end();
 		return;
+	}
+	/* The start share its planning took goes on with it, if it has no record. */
+	if (!planned)
+		gm_guard_wait_end();
 	queryid = queryDesc->plannedstmt->queryId;
 	exec_peak = gm_statements_recorded_peak(queryid, &mapped_peak, &tracked);
 	/* Not a parallel plan: its shared memory would count as mapped. */
@@ -475,7 +485,16 @@ wait_for_memory(QueryDesc *queryDesc, int eflags)
 		if (mapped_size0 >= 0 && mapped_peak0 >= 0)
 			mapped_desc = queryDesc;
 	}
-	if (exec_peak <= 0)
+	/* Its need unknown: a start share while the guard is engaged. */
+	if (exec_peak < 0)
+	{
+		if (planned || gm_guard_take_start_share())
+			reserved_desc = queryDesc;
+		return;
+	}
+	if (planned)
+		gm_guard_wait_end();
+	if (exec_peak == 0)
 		return;
 	reserved_desc = queryDesc;
 	if ((waited = gm_guard_wait_for_memory(exec_peak, mapped_peak, true)) > 0)
@@ -702,6 +721,28 @@ gm_ExecutorFinish(QueryDesc *queryDesc)
 }
 
 /*
+ * A top-level query's planning, while the guard is engaged: one without a
+ * record takes its start share now (constant folding may allocate much),
+ * and its executor keeps it (wait_for_memory).  A flag test when not
+ * engaged.
+ */
+static void
+plan_start_share(Query *parse)
+{
+	int64		mapped_peak;
+	bool		tracked;
+
+	planned_share = false;
+	/* (no ActivePortal test: a simple query is planned before its portal starts) */
+	if (!gm_shmem_guard_engaged() || !gm_guard_may_wait() ||
+		gm_statements_recorded_peak(parse->queryId, &mapped_peak, &tracked) >= 0)
+		return;
+	/* (a suspended portal's reservation ended: its end must not end this) */
+	if ((planned_share = gm_guard_take_start_share()))
+		reserved_desc = NULL;
+}
+
+/*
  * Planning: measured in a memory context of its own when the statement is
  * recorded (glibc_malloc_statements); the nesting level counts it too.
  */
@@ -718,7 +759,10 @@ gm_planner(Query *parse, const char *query_string, int cursorOptions,
 		params_evaluated(query_string);
 	/* Planning is the statement's work too: it may allocate much. */
 	if (nesting == 0)
+	{
 		gm_guard_top_statement_start();
+		plan_start_share(parse);
+	}
 	old = gm_statements_plan_start(parse, nesting, &planner_cxt);
 	nesting++;
 	PG_TRY();
@@ -943,10 +987,12 @@ utility_wait_for_memory(PlannedStmt *pstmt, GmUtilityMark *mark)
 	int64		waited;
 	bool		tracked;
 
-	if (!mark->tracked || !mark->key.toplevel || ActivePortal == NULL ||
-		!utility_admitted(pstmt->utilityStmt) || IsAbortedTransactionBlockState() ||
-		!gm_guard_may_wait())
+	if (ActivePortal == NULL || !utility_admitted(pstmt->utilityStmt) ||
+		IsAbortedTransactionBlockState() || !gm_guard_may_wait())
 		return false;
+	/* Not recorded (recording off, no queryid): a start share while engaged. */
+	if (!mark->tracked || !mark->key.toplevel)
+		return (utility_reserved = gm_guard_take_start_share());
 	exec_peak = gm_statements_recorded_peak(mark->key.queryid, &mapped_peak, &tracked);
 	/*
 	 * Measured as a query is (not recorded yet, or a need of 1 MB or
@@ -962,7 +1008,9 @@ utility_wait_for_memory(PlannedStmt *pstmt, GmUtilityMark *mark)
 		mark->vm_size0 = gm_proc_status_bytes(0, "VmSize:");
 		mark->vm_peak0 = gm_proc_status_bytes(0, "VmPeak:");
 	}
-	if (exec_peak <= 0)
+	if (exec_peak < 0)
+		return (utility_reserved = gm_guard_take_start_share());
+	if (exec_peak == 0)
 		return false;
 	if ((waited = gm_guard_wait_for_memory(exec_peak, mapped_peak, !IsTransactionBlock())) > 0)
 		gm_statements_note_wait(mark->key.queryid, waited);

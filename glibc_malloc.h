@@ -345,6 +345,7 @@ extern int64 gm_shmem_set_guard_limit(int slotno, int pid, int64 limit);
 extern int64 gm_shmem_slot_own_limit(int slotno);
 extern bool gm_shmem_guard_statement_start(void);
 extern bool gm_shmem_guard_counts_idle(void);
+extern bool gm_shmem_guard_engaged(void);
 extern uint32 gm_shmem_guard_starts(int slotno);
 extern void gm_shmem_guard_reads_client(bool on);
 extern bool gm_shmem_guard_in_statement(int slotno, int pid);
@@ -377,7 +378,8 @@ extern void gm_shmem_wait_lock(void);
 extern void gm_shmem_wait_unlock(void);
 extern void gm_shmem_wait_enqueue(int64 need, int64 patience_ms, int64 now);
 extern int	gm_shmem_wait_collect(struct GmAdmitWaiter *w, int max, int64 now, int64 *outstanding,
-								  int64 *room, int64 *ceiling);
+								  int64 *room, int64 *ceiling, int *held);
+extern void gm_shmem_wait_hold_share(int64 share, int64 vm, int64 rss, int64 now);
 extern void gm_shmem_wait_admit(const struct GmAdmitWaiter *w, int n);
 /* What an admitted statement's process waits for, as the monitor sees it. */
 typedef enum GmReservedWait
@@ -550,6 +552,7 @@ extern const char *gm_guard_hint_remedy(GmLimitSource source);
 extern void gm_guard_levels(int64 limit, GmGuardLevels *lv);
 extern int	gm_guard_admit(int64 available, int64 ceiling, GmAdmitWaiter *waiters, int n);
 extern int64 gm_guard_grant_limit(int64 base, int64 grant);
+extern int64 gm_guard_start_share(int64 room, int64 taken, int held);
 extern int64 gm_guard_need_after(int64 need, int64 run);
 extern int64 gm_guard_mapped_need(int64 need, int64 mapped, int64 at_exec);
 extern int64 gm_guard_outstanding(int64 need, int64 grown, int64 gap, bool returned);
@@ -592,6 +595,8 @@ extern bool gm_guard_may_wait(void);
 /* A statement whose need is smaller does not wait (the reserve covers it). */
 #define GM_WAIT_MIN_NEED		((int64) 1024 * 1024)
 extern int64 gm_guard_wait_for_memory(int64 exec_peak, int64 mapped_peak, bool may_wait);
+extern bool gm_guard_take_start_share(void);
+extern bool gm_guard_holds_start_share(void);
 extern bool gm_guard_measures_mapped(int64 exec_peak, int64 mapped_peak);
 extern void gm_guard_grant_run(bool on);
 extern void gm_guard_wait_end(void);

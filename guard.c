@@ -150,6 +150,9 @@ static int64 own_limit = GM_NO_LIMIT;
  * backend reads its client's next message without it; GM_NO_LIMIT = none.
  */
 static int64 grant_pending = GM_NO_LIMIT;
+
+/* The statement holds a start share (gm_guard_take_start_share), until gm_guard_wait_end. */
+static bool start_share_held = false;
 static int64 grant_limit = GM_NO_LIMIT;
 
 static void set_limits(void);
@@ -425,13 +428,14 @@ admission_round(int64 now, bool due, bool *hopeless, int64 *grant, const GmFirst
 	int64		outstanding;
 	int64		room;
 	int64		ceiling;
+	int			held;
 	int			n;
 	GmRound		r;
 
 	gm_shmem_wait_lock();
 	if (first != NULL)
 		gm_shmem_wait_enqueue(first->need, first->patience_ms, now);
-	n = gm_shmem_wait_collect(admit_buf, admit_max, now, &outstanding, &room, &ceiling);
+	n = gm_shmem_wait_collect(admit_buf, admit_max, now, &outstanding, &room, &ceiling, &held);
 	if (!gm_shmem_wait_admitted() && room < 0)
 		r = GM_ROUND_NO_LOOK;
 	else
@@ -528,6 +532,88 @@ admitted_base(int64 waited, const GmFirstRound *first)
 	return waited == 0 && first->vm >= 0 ? first->vm : gm_shmem_wait_note_base();
 }
 
+/* The admission's buffer of waiters, and the exit callback, once per process. */
+static void
+admit_prepare(void)
+{
+	static bool exit_hook = false;
+
+	if (admit_buf != NULL)
+		return;
+	admit_max = Max(gm_shmem_slot_count(), 1);
+	admit_buf = MemoryContextAlloc(TopMemoryContext, sizeof(GmAdmitWaiter) * admit_max);
+	if (!exit_hook)
+	{
+		before_shmem_exit(wait_at_exit, (Datum) 0);
+		exit_hook = true;
+	}
+}
+
+/*
+ * Before a top-level statement whose need is unknown (no record), once
+ * gm_guard_may_wait said yes, while the guard is engaged: take a start
+ * share of what the admission has left (gm_guard_start_share), held as a
+ * reservation until the statement ends, so that the monitor's looks serve
+ * it before the growth of the statements that began before it; then wait
+ * (at most GM_GUARD_START_WAIT_MS, not for memory) until the guard's limit
+ * covers it.  None left, or the guard not engaged: nothing, it runs as
+ * before, served by its growth.  Returns whether it holds one.  One
+ * exclusive lock and two reads of /proc/self/status, only while engaged.
+ */
+bool
+gm_guard_take_start_share(void)
+{
+	int64		vm;
+	int64		rss;
+	int64		now;
+	int64		outstanding;
+	int64		room;
+	int64		ceiling;
+	int64		taken;
+	int64		share;
+	int			held;
+	int			n;
+	uint32		looks0;
+
+	gm_guard_wait_end();
+	if (!gm_shmem_guard_engaged())
+		return false;
+	admit_prepare();
+	if ((vm = gm_proc_status_bytes(0, "VmData:")) < 0)
+		return false;
+	rss = gm_proc_status_bytes(0, "RssAnon:");
+	now = gm_monotonic_usec();
+	gm_shmem_wait_lock();
+	n = gm_shmem_wait_collect(admit_buf, admit_max, now, &outstanding, &room, &ceiling, &held);
+	/* The waiters' needs come first (a hopeless one holds up nobody). */
+	taken = outstanding;
+	for (int i = 0; i < n; i++)
+		if (ceiling < 0 || admit_buf[i].need <= ceiling)
+			taken += Max(admit_buf[i].need, 0);
+	share = gm_guard_start_share(room, taken, held);
+	if (share > 0)
+	{
+		wait_entered = true;
+		start_share_held = true;
+		gm_shmem_wait_hold_share(share, vm, rss, now);
+	}
+	gm_shmem_wait_unlock();
+	elog(DEBUG2, "glibc_malloc start share: " INT64_FORMAT " of room " INT64_FORMAT " taken " INT64_FORMAT " held %d",
+		 share, room, taken, held);
+	if (share == 0)
+		return false;
+	looks0 = gm_shmem_wait_looks();
+	wait_for_reserved_limit(vm + share, looks0);
+	return true;
+}
+
+/* Whether this process holds a start share (gm_guard_take_start_share) now. */
+bool
+gm_guard_holds_start_share(void)
+{
+	return start_share_held;
+}
+
 /* gm_guard_wait_for_memory's work, for a need of need bytes. */
 static int64
 wait_for_need(int64 need, bool may_wait)
@@ -540,18 +626,7 @@ wait_for_need(int64 need, bool may_wait)
 	bool		hopeless = false;
 	volatile bool timed_out = false;
 
-	if (admit_buf == NULL)
-	{
-		static bool exit_hook = false;
-
-		admit_max = Max(gm_shmem_slot_count(), 1);
-		admit_buf = MemoryContextAlloc(TopMemoryContext, sizeof(GmAdmitWaiter) * admit_max);
-		if (!exit_hook)
-		{
-			before_shmem_exit(wait_at_exit, (Datum) 0);
-			exit_hook = true;
-		}
-	}
+	admit_prepare();
 	first.need = need;
 	first.patience_ms = may_wait ? wait_ms() : 0;
 	/* Its base if it is admitted at once: read before the lock, not under it. */
@@ -681,6 +756,7 @@ wait_loop(int64 start, bool *timed_out, bool *hopeless, int64 *grant)
 void
 gm_guard_wait_end(void)
 {
+	start_share_held = false;
 	grant_pending = GM_NO_LIMIT;
 	grant_lift();
 	if (!wait_entered)

@@ -172,6 +172,8 @@
 										 * from 2 CPUs, docs/design.md), 1.8
 										 * times that per CPU */
 #define GM_GLANCE_RATE_MS	50
+#define GM_GUARD_START_SHARE (16 * MB)	/* a statement whose need is unknown
+										 * takes at most this at its start */
 
 /*
  * Which limits each value of glibc_malloc.memory_guard guards.  A whole
@@ -612,6 +614,31 @@ int64
 gm_guard_grant_limit(int64 base, int64 grant)
 {
 	return base + Max(grant, 0) + GM_GUARD_PROC_RESERVE;
+}
+
+/*
+ * The start share of a top-level statement whose need is unknown (no
+ * record), starting while the guard is engaged: an equal part of what the
+ * admission has left (room, the headroom at the monitor's last look, less
+ * taken: what the admitted statements still expect and what the waiters
+ * need) between it and the held statements already holding a reservation
+ * or a share, at most GM_GUARD_START_SHARE, rounded down to GM_GUARD_GRAIN;
+ * 0 (none) below GM_WAIT_MIN_NEED, or with the room unknown (-1).  Held as
+ * a reservation, the monitor serves it before the growth of the statements
+ * that began before it: in a mixed workload their claims of what they had
+ * grown took the whole budget from the statement that began last
+ * (docs/design.md).
+ */
+int64
+gm_guard_start_share(int64 room, int64 taken, int held)
+{
+	int64		share;
+
+	if (room < 0 || room - Max(taken, 0) <= 0)
+		return 0;
+	share = Min(GM_GUARD_START_SHARE, (room - Max(taken, 0)) / (Max(held, 0) + 1));
+	share -= share % GM_GUARD_GRAIN;
+	return share >= GM_WAIT_MIN_NEED ? share : 0;
 }
 
 /* qsort: arrival order. */

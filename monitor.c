@@ -840,6 +840,21 @@ guard_apply(const GmLimits *l, GmGuardDecision *dp, int ncand, bool observe)
 					c->limit += vm - g->read_vmdata;
 					g->read_vmdata = vm;
 				}
+
+				/*
+				 * A lowering: a reservation or a start share its statement
+				 * took since this look read it (it began meanwhile) is
+				 * served at once, as the next look will, first (the
+				 * admission counted it taken): without it the limit just
+				 * lowered failed the statement before that look.
+				 */
+				if (c->lowered &&
+					(vm = gm_shmem_wait_reserved(c->slot, c->pid, c->vmdata)) > c->reserved)
+				{
+					c->limit += vm - c->reserved;
+					c->reserved = vm;
+					c->lowered = c->cur_limit == GM_NO_LIMIT || c->limit < c->cur_limit;
+				}
 				if (c->lowered)
 					lowered++;
 				if (guard_set(c->slot, c->pid, c->limit))

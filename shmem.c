@@ -1002,6 +1002,13 @@ gm_shmem_guard_counts_idle(void)
 		pg_atomic_read_u64(&my_slot->guard_limit) != GM_NO_LIMIT;
 }
 
+/* Whether the memory guard's last look left it engaged (a flag read). */
+bool
+gm_shmem_guard_engaged(void)
+{
+	return shared != NULL && shared->monitor.guard_engaged;
+}
+
 /*
  * Whether this process's top-level statement waits for its client inside
  * itself (on: a COPY FROM STDIN, a portal that may be suspended; off at its
@@ -1248,6 +1255,37 @@ gm_shmem_wait_enqueue(int64 need, int64 patience_ms, int64 now)
 }
 
 /*
+ * Under the lock: this process's statement holds a start share of share
+ * bytes (gm_guard_start_share), admitted at once as a reservation counted
+ * from VmData vm (and its gap from VmData less RssAnon rss), never queued:
+ * not an admission in the counts.  It ends as a reservation does
+ * (gm_shmem_wait_leave), and goes back as one does when its statement
+ * stops growing or waits.
+ */
+void
+gm_shmem_wait_hold_share(int64 share, int64 vm, int64 rss, int64 now)
+{
+	GmWaitSlot *w = &my_slot->wait;
+
+	w->latch = MyLatch;
+	w->state = GM_WAIT_ADMITTED;
+	pg_atomic_write_u32(&w->ended, 0);
+	w->pid = MyProcPid;
+	w->arrival = ++shared->wait_arrivals;
+	w->need = share;
+	w->since = now;
+	w->patience_ms = 0;
+	w->base_vmdata = vm;
+	w->base_gap = vm >= 0 && rss >= 0 ? Max(vm - rss, 0) : 0;
+	w->look_vmdata = -1;
+	w->look_gap = 0;
+	w->hopeless = false;
+	w->granted = false;
+	w->admitted_at = now;
+	w->grew_at = now;
+}
+
+/*
  * Whether process pid, in slot slotno (its PGPROC number), waits for its
  * client's next command: a statement it was admitted for failed inside a
  * savepoint or its portal is suspended, and holds no reservation.  A read
@@ -1275,15 +1313,17 @@ waits_for_client(int slotno, int pid)
  * gm_guard_outstanding.  One whose growth passed its reservation still
  * counts its gap, as does one whose reservation went back, until its
  * statement ends; one whose process left its slot, or that waits for its
- * client, ends here.  No /proc read.
+ * client, ends here.  *held: how many still hold a reservation, a grant
+ * or a start share.  No /proc read.
  */
 int
 gm_shmem_wait_collect(GmAdmitWaiter *w, int max, int64 now, int64 *outstanding,
-					  int64 *room, int64 *ceiling)
+					  int64 *room, int64 *ceiling, int *held)
 {
 	int			n = 0;
 
 	*outstanding = 0;
+	*held = 0;
 	*room = shared->wait_room;
 	*ceiling = shared->wait_ceiling;
 	for (int i = 0; i < shared->nslots; i++)
@@ -1300,8 +1340,12 @@ gm_shmem_wait_collect(GmAdmitWaiter *w, int max, int64 now, int64 *outstanding,
 			if (ws->pid != shared->slots[i].snap.pid || waits_for_client(i, ws->pid))
 				ws->state = GM_WAIT_NONE;
 			else
+			{
 				*outstanding += gm_guard_outstanding(ws->need, grown, ws->look_gap,
 													 st == GM_WAIT_RETURNED);
+				if (st == GM_WAIT_ADMITTED)
+					(*held)++;
+			}
 		}
 		else if (st == GM_WAIT_WAITING && n < max)
 		{

@@ -440,6 +440,44 @@ main(void)
 		   "21 short statements, 16 grew in their previous ones: the last, an ANALYZE, may map 16 MB");
 
 		/*
+		 * A later look of t/044 (DEBUG2, before an ANALYZE got out of
+		 * memory): 18 inserts done growing at 20 to 24 MB, each fresh and
+		 * claiming twice the 11 to 17 MB it mapped since it began (344
+		 * MB), 315 MB of budget, and the ANALYZE that began after them at
+		 * 5.6 MB since its start.  Without a start share it gets nothing
+		 * of the budget; holding one (taken as it started, 16 MB), it may
+		 * map what it has not mapped of it before the inserts' claims.
+		 */
+		{
+		GmGuardProc pr[19];
+		GmGuardInput in2;
+
+		memset(&in2, 0, sizeof(in2));
+		in2.limit = 5000 * MB;
+		in2.engaged = true;
+		in2.usage = 5000 * MB - 250 * MB - 315 * MB;
+		for (int i = 0; i < 19; i++)
+		{
+			pr[i] = proc(i + 1, (20 + i % 5) * MB, (11 + i % 7) * MB, false, false);
+			pr[i].since = i + 1;
+			pr[i].fresh = true;
+			pr[i].since_vmdata = pr[i].vmdata - (11 + i % 7) * MB;
+		}
+		pr[18] = proc(19, 12 * MB, 0, false, true);
+		pr[18].since = 19;
+		pr[18].fresh = true;
+		pr[18].since_vmdata = 12 * MB - 5734 * 1024;
+		gm_guard_policy(&in2, pr, 19, &d);
+		ok(d.budget == 315 * MB && find(pr, 19, 19)->allow == 0,
+		   "18 inserts done growing claim twice what they mapped: the ANALYZE that began after them gets nothing of the budget");
+		pr[18].reserved = gm_guard_start_share(315 * MB, 0, 18) - 5734 * 1024;
+		gm_guard_policy(&in2, pr, 19, &d);
+		ok(pr[18].reserved > 10 * MB && find(pr, 19, 19)->allow >= pr[18].reserved &&
+		   find(pr, 19, 19)->limit >= 12 * MB + 10 * MB + 4 * MB,
+		   "holding a start share: it may map the 10 MB it has not mapped of it, and its reserve");
+		}
+
+		/*
 		 * A fresh statement that mapped nothing yet claims nothing of its
 		 * window's 20 MB (its session's previous statement's), ahead of a
 		 * later one that grows 10 MB a window.
@@ -1118,6 +1156,36 @@ main(void)
 		}
 		ok(gm_guard_outstanding((int64) 1 << 40, 0, (int64) 1 << 40, false) == (int64) 1 << 41,
 		   "a TB need and a TB gap: no overflow");
+
+		/*
+		 * The start share of a statement whose need is unknown: an equal
+		 * part of what the admission has left, between it and those that
+		 * hold one, at most 16 MB, in 256 kB steps, none below 1 MB.
+		 */
+		{
+			static const struct
+			{
+				int64		room;
+				int64		taken;
+				int			held;
+				int64		share;	/* kB */
+				const char *name;
+			}			sh[] = {
+				{315 * MB, 0, 0, 16 * 1024, "alone in 315 MB: 16 MB, no more"},
+				{315 * MB, 0, 18, 16 * 1024, "beside 18 holding, 315 MB left: 16 MB (an equal part is 16.6)"},
+				{315 * MB, 200 * MB, 18, 6144, "beside 18, 115 MB left: an equal part (6.05 MB) in 256 kB steps, 6 MB"},
+				{100 * MB, 90 * MB, 4, 2048, "10 MB left beside 4: 2 MB"},
+				{100 * MB, 96 * MB, 4, 0, "4 MB left beside 4: 0.8 MB is too little to take, none"},
+				{100 * MB, 150 * MB, 0, 0, "more taken than the room: none"},
+				{-1, 0, 0, 0, "the room unknown (the monitor has not looked): none"},
+				{100 * MB, -5, -2, 16 * 1024, "negative inputs count as none: 16 MB"},
+				{(int64) 1 << 50, 0, 0, 16 * 1024, "a petabyte of room: 16 MB, no overflow"},
+			};
+
+			for (int i = 0; i < (int) lengthof(sh); i++)
+				ok(gm_guard_start_share(sh[i].room, sh[i].taken, sh[i].held) == sh[i].share * 1024,
+				   sh[i].name);
+		}
 
 		/*
 		 * memory_wait is the session's: half of at most 30 s counts, and

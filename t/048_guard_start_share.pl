@@ -1,0 +1,147 @@
+# The memory guard engaged: a statement whose need is unknown (not
+# recorded) takes a start share of the budget as it starts, held as a
+# reservation that the monitor serves before the growth and the shares of
+# the statements that began before it.  In a real cgroup v1 of 800 MB (the
+# guard's target 736 MB), another process of the container holds the
+# usage in the engaged band with about 150 MB of headroom, and 30 sessions
+# run a long pg_sleep (working statements that do not grow):
+#
+#  - a PL/pgSQL loop that maps nothing: while it runs, the kernel holds a
+#    soft RLIMIT_DATA for its backend at least 16 MB above its VmData
+#    (/proc/PID/limits, /proc/PID/status).  Without the start share, the
+#    latest of 31 working statements got an equal part of half of what was
+#    left, about 2 MB, and its reserve;
+#  - 5 statements that map 12 MB at once (a repeat() of 12 MB) in the
+#    executor, and 5 that map 16 MB in the planner (a repeat() of 8 MB
+#    with constant arguments, folded and copied), each in a session that
+#    was idle: all complete (without the start share, 5 of 5 got "out of
+#    memory");
+#  - SELECT 1 runs, no admission is counted, 0 OOM kills, no restart.
+#
+# Needs a cgroup v1 memory directory writable by the test's user, named by
+# GM_TEST_CGROUP_V1.  The measurements are printed (diag), passing or not.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use GlibcMallocTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(sleep);
+
+my $cg = test_cgroup_v1();
+
+my $MB = 2**20;
+my $limit = 800 * $MB;
+my $sleepers = 30;
+my $tries = 5;
+
+my $kills_before = cgroup_v1_oom_kills($cg);
+my @fillers;
+my @sleeping;
+END { local $?; $_->kill_kill for @fillers; eval { $_->{h}->kill_kill } for @sleeping }
+
+my $node = new_node('startshare', "restart_after_crash = on\nshared_buffers = 16MB\nmax_connections = 50\n"
+	  . "glibc_malloc.track_statements = none\n", no_start => 1);
+$node->start;
+enter_cgroup_v1($node, $cg, $limit);
+$node->safe_psql('postgres', 'CREATE EXTENSION glibc_malloc');
+ok(wait_for(sub { (guard_counts($node)->[2] || 0) > 0 }, 10), "the monitor read the cgroup's limit");
+
+sub guard { [ split /\|/, $node->safe_psql('postgres', 'SELECT engaged, usage_bytes, target_bytes FROM glibc_malloc_guard') ] }
+sub headroom { my $g = guard(); return $g->[2] - $g->[1] }
+
+# Working statements that do not grow, begun before the others.
+push @sleeping, GlibcMallocTest::start_query($node, 'SELECT pg_sleep(600)') for 1 .. $sleepers;
+ok(wait_for(sub { $node->safe_psql('postgres',
+		"SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'") == $sleepers }, 30),
+	"$sleepers sessions sleep inside a statement");
+
+# The usage into the engaged band, about 150 MB below the target.
+for my $try (1 .. 20)
+{
+	sleep 0.5;
+	my $h = headroom();
+	last if $h <= 170 * $MB && $h >= 130 * $MB;
+	push @fillers, start_filler($cg, $h - 150 * $MB) if $h > 170 * $MB;
+	last if $h < 130 * $MB;
+}
+ok(wait_for(sub { guard()->[0] eq 't' }, 10), 'the guard is engaged');
+diag sprintf('headroom %.0f MB', headroom() / $MB);
+my $g0 = guard_counts($node);
+
+# A loop that maps nothing: the kernel's limit for its backend, above its
+# VmData, while it runs.
+sleep 1;
+my $loop = q{DO $$DECLARE x bigint := 0; BEGIN FOR i IN 1 .. 30000000 LOOP x := x + i; END LOOP; END$$};
+my $q = GlibcMallocTest::start_query($node, $loop);
+my $pid;
+wait_for(sub { $pid = $node->safe_psql('postgres',
+		"SELECT pid FROM pg_stat_activity WHERE query LIKE 'DO \$\$DECLARE x bigint%' AND state = 'active'") }, 10);
+my $room = -1;
+my $polls = 0;
+while ($pid && $q->{h}->pumpable && $polls < 400)
+{
+	my $limits = eval { slurp_file("/proc/$pid/limits") } // '';
+	my $status = eval { slurp_file("/proc/$pid/status") } // '';
+	my ($soft) = $limits =~ /^Max data size\s+(\d+)/m;
+	my ($vm) = $status =~ /^VmData:\s+(\d+) kB/m;
+	if (defined $soft && defined $vm)
+	{
+		my $r = $soft - $vm * 1024;
+		$room = $r if $r > $room;
+	}
+	$polls++;
+	sleep 0.01;
+	$q->{h}->pump_nb;
+}
+$q = GlibcMallocTest::finish_query($q);
+diag sprintf('the loop ran %.1f s; its backend could map %.1f MB above its VmData (%d reads of /proc)',
+	$q->{secs}, $room / $MB, $polls);
+is($q->{err}, '', 'the loop completes');
+cmp_ok($room, '>=', 16 * $MB, 'while it runs, the kernel lets its backend map its 16 MB start share (/proc/PID/limits)');
+
+# Statements that map 12 MB at once, each in a session that was idle: in
+# the executor, and in the planner (a constant folded: its share is taken
+# as its planning starts).
+# Folded, the planner evaluates the repeat() and copies its result: 8 MB
+# maps 16.
+my %forms = (
+	'in the executor' => [ "SELECT length(repeat('x', 12 * 1024 * 1024 + (0 * random())::int))", 12 * $MB ],
+	'in the planner' => [ "SELECT length(repeat('x', 8 * 1024 * 1024))", 8 * $MB ]);
+for my $form ('in the executor', 'in the planner')
+{
+	my ($sql, $len) = @{ $forms{$form} };
+	my ($completed, $failed) = (0, 0);
+	my @idle = map { $node->background_psql('postgres', on_error_stop => 0) } 1 .. $tries;
+	$_->query_safe('SELECT 1') for @idle;
+	# The monitor's looks count them idle, and limit them so.
+	sleep 1;
+	for my $s (@idle)
+	{
+		wait_for(sub { headroom() >= 130 * $MB }, 10);
+		my $r = $s->query($sql) // '';
+		if ($r eq $len) { $completed++ }
+		elsif ($s->{stderr} =~ /out of memory/) { $failed++ }
+		else { diag "other result: $r $s->{stderr}" }
+		$s->{stderr} = '';
+	}
+	$_->quit for @idle;
+	diag sprintf('%d statements with a repeat() of %d MB %s beside %d working ones: %d completed, %d out of memory',
+		$tries, $len / $MB, $form, $sleepers, $completed, $failed);
+	is($completed, $tries, "$tries of $tries statements with a repeat() of @{[ $len / $MB ]} MB $form, each the latest beside $sleepers working ones, complete");
+}
+
+my $g1 = guard_counts($node);
+is(guard()->[0], 't', 'the guard was still engaged');
+is($g1->[5] - $g0->[5], 0, 'a start share is not an admission (admissions unchanged)');
+is($node->safe_psql('postgres', 'SELECT 1'), '1', 'SELECT 1 runs');
+
+$node->safe_psql('postgres', "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'PgSleep'");
+GlibcMallocTest::finish_query($_) for @sleeping;
+is(cgroup_v1_oom_kills($cg), $kills_before, 'the kernel OOM-killed nothing');
+unlike(slurp_file($node->logfile), qr/terminated by signal|all server processes terminated; reinitializing/, 'no restart');
+$_->kill_kill for @fillers;
+@fillers = ();
+$node->stop('fast');
+done_testing();
