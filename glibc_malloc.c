@@ -64,6 +64,7 @@
 #include "parser/analyze.h"
 #include "storage/ipc.h"
 #include "tcop/pquery.h"
+#include "tcop/tcopprot.h"
 #include "tcop/utility.h"
 #include "utils/guc.h"
 #include "utils/portal.h"
@@ -171,7 +172,11 @@ params_evaluated(const char *text)
  */
 static QueryDesc *reserved_desc = NULL;
 
-/* The start share held was taken by the top-level planning, for its executor. */
+/*
+ * The top-level planning asked for a start share (plan_tried), and the one
+ * held was taken by it, for its executor (planned_share).
+ */
+static bool plan_tried = false;
 static bool planned_share = false;
 
 /*
@@ -462,8 +467,9 @@ wait_for_memory(QueryDesc *queryDesc, int eflags)
 	int64		waited;
 	bool		tracked;
 	bool		planned = planned_share && gm_guard_holds_start_share();
+	bool		tried = plan_tried;
 
-	planned_share = false;
+	planned_share = plan_tried = false;
 	mapped_desc = NULL;
 	/* Only a client's portal: not deferred triggers or login event triggers. */
 	if (ActivePortal == NULL || (eflags & EXEC_FLAG_EXPLAIN_ONLY) || !gm_guard_may_wait())
@@ -488,7 +494,8 @@ wait_for_memory(QueryDesc *queryDesc, int eflags)
 	/* Its need unknown: a start share while the guard is engaged. */
 	if (exec_peak < 0)
 	{
-		if (planned || gm_guard_take_start_share())
+		/* (none left when its planning asked: not asked again) */
+		if (planned || (!tried && gm_guard_take_start_share()))
 			reserved_desc = queryDesc;
 		return;
 	}
@@ -727,16 +734,24 @@ gm_ExecutorFinish(QueryDesc *queryDesc)
  * engaged.
  */
 static void
-plan_start_share(Query *parse)
+plan_start_share(Query *parse, const char *query_string)
 {
 	int64		mapped_peak;
 	bool		tracked;
 
-	planned_share = false;
-	/* (no ActivePortal test: a simple query is planned before its portal starts) */
+	planned_share = plan_tried = false;
+
+	/*
+	 * A client's statement only: a simple query and a Bind are planned
+	 * before their portal starts, from the text the backend runs
+	 * (debug_query_string); not the SPI queries of deferred triggers at a
+	 * commit.
+	 */
 	if (!gm_shmem_guard_engaged() || !gm_guard_may_wait() ||
+		(ActivePortal == NULL && (query_string == NULL || query_string != debug_query_string)) ||
 		gm_statements_recorded_peak(parse->queryId, &mapped_peak, &tracked) >= 0)
 		return;
+	plan_tried = true;
 	/* (a suspended portal's reservation ended: its end must not end this) */
 	if ((planned_share = gm_guard_take_start_share()))
 		reserved_desc = NULL;
@@ -761,7 +776,7 @@ gm_planner(Query *parse, const char *query_string, int cursorOptions,
 	if (nesting == 0)
 	{
 		gm_guard_top_statement_start();
-		plan_start_share(parse);
+		plan_start_share(parse, query_string);
 	}
 	old = gm_statements_plan_start(parse, nesting, &planner_cxt);
 	nesting++;

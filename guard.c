@@ -607,11 +607,12 @@ gm_guard_take_start_share(void)
 	return true;
 }
 
-/* Whether this process holds a start share (gm_guard_take_start_share) now. */
+/* Whether this process holds a start share (gm_guard_take_start_share) now: a flag read. */
 bool
 gm_guard_holds_start_share(void)
 {
-	return start_share_held;
+	/* (the monitor ends it when its backend waits for its client: a Bind's) */
+	return start_share_held && gm_shmem_wait_holds();
 }
 
 /* gm_guard_wait_for_memory's work, for a need of need bytes. */

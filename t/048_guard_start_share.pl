@@ -16,7 +16,9 @@
 #    with constant arguments, folded and copied), each in a session that
 #    was idle: all complete (without the start share, 5 of 5 got "out of
 #    memory");
-#  - SELECT 1 runs, no admission is counted, 0 OOM kills, no restart.
+#  - every share ended with its statement (the next one's DEBUG2 line
+#    says none is held), SELECT 1 runs, no admission is counted, 0 OOM
+#    kills, no restart.
 #
 # Needs a cgroup v1 memory directory writable by the test's user, named by
 # GM_TEST_CGROUP_V1.  The measurements are printed (diag), passing or not.
@@ -109,6 +111,7 @@ cmp_ok($room, '>=', 16 * $MB, 'while it runs, the kernel lets its backend map it
 my %forms = (
 	'in the executor' => [ "SELECT length(repeat('x', 12 * 1024 * 1024 + (0 * random())::int))", 12 * $MB ],
 	'in the planner' => [ "SELECT length(repeat('x', 8 * 1024 * 1024))", 8 * $MB ]);
+my @kept;			# open until the shares are checked
 for my $form ('in the executor', 'in the planner')
 {
 	my ($sql, $len) = @{ $forms{$form} };
@@ -126,11 +129,26 @@ for my $form ('in the executor', 'in the planner')
 		else { diag "other result: $r $s->{stderr}" }
 		$s->{stderr} = '';
 	}
-	$_->quit for @idle;
+	push @kept, @idle;
 	diag sprintf('%d statements with a repeat() of %d MB %s beside %d working ones: %d completed, %d out of memory',
 		$tries, $len / $MB, $form, $sleepers, $completed, $failed);
 	is($completed, $tries, "$tries of $tries statements with a repeat() of @{[ $len / $MB ]} MB $form, each the latest beside $sleepers working ones, complete");
 }
+
+# Every share ended with its statement, its session still open: the next
+# one holds the only one (its DEBUG2 line, sent to the client).
+my $d = $node->background_psql('postgres', on_error_stop => 0);
+$d->query_safe('SELECT 1');
+sleep 1;
+$d->query_safe('SET client_min_messages = debug2');
+$d->{stderr} = '';
+$d->query('SELECT count(*) FROM generate_series(1, 1000 + (0 * random())::int)');
+my ($share_line) = $d->{stderr} =~ /(glibc_malloc start share: .*)/;
+diag $share_line // 'no start share line';
+like($share_line // '', qr/^glibc_malloc start share: 16777216 of room \d+ taken -?\d+ held 0$/,
+	'the shares of the statements before ended with them: a new one takes 16 MB beside none held');
+$d->quit;
+$_->quit for @kept;
 
 my $g1 = guard_counts($node);
 is(guard()->[0], 't', 'the guard was still engaged');
