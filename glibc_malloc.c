@@ -827,6 +827,7 @@ gm_xact_callback(XactEvent event, void *arg)
 		event == XACT_EVENT_PREPARE)
 	{
 		mapped_desc = NULL;
+		planned_share = plan_tried = false;
 		/* (its own error ends it in gm_ProcessUtility, before the abort) */
 		if (!utility_reserved)
 			gm_guard_wait_end();
