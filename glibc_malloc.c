@@ -467,7 +467,8 @@ wait_for_memory(QueryDesc *queryDesc, int eflags)
 	int64		waited;
 	bool		tracked;
 	bool		planned = planned_share && gm_guard_holds_start_share();
-	bool		tried = plan_tried;
+	/* (its planning found none left; one the monitor ended is asked again) */
+	bool		tried = plan_tried && !planned_share;
 
 	planned_share = plan_tried = false;
 	mapped_desc = NULL;
@@ -915,6 +916,7 @@ gm_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	if (event == SUBXACT_EVENT_ABORT_SUB && nesting == 0)
 	{
 		mapped_desc = NULL;
+		planned_share = plan_tried = false;
 		gm_guard_wait_end();
 		gm_guard_top_statement_end();
 	}
@@ -1080,6 +1082,7 @@ gm_ProcessUtility(GM_PU_ARGS)
 		/* The last statement's reservation ends (a portal suspended before). */
 		reserved_desc = NULL;
 		mapped_desc = NULL;
+		planned_share = plan_tried = false;
 		gm_guard_wait_end();
 		gm_guard_top_statement_start();
 		if (copy_from_client(pstmt->utilityStmt))

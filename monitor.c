@@ -846,10 +846,13 @@ guard_apply(const GmLimits *l, GmGuardDecision *dp, int ncand, bool observe)
 				 * took since this look read it (it began meanwhile) is
 				 * served at once, as the next look will, first (the
 				 * admission counted it taken): without it the limit just
-				 * lowered failed the statement before that look.
+				 * lowered failed the statement before that look.  Counted
+				 * from the VmData read last (what was added just above is
+				 * not added twice).
 				 */
 				if (c->lowered &&
-					(vm = gm_shmem_wait_reserved(c->slot, c->pid, c->vmdata)) > c->reserved)
+					(vm = gm_shmem_wait_reserved(c->slot, c->pid,
+												 g->read_pid == c->pid ? Max(c->vmdata, g->read_vmdata) : c->vmdata)) > c->reserved)
 				{
 					c->limit += vm - c->reserved;
 					c->reserved = vm;

@@ -1638,12 +1638,19 @@ gm_shmem_wait_set_base(int64 vm, int64 rss)
 	}
 }
 
-/* Whether this process's statement holds a reservation now (a flag read, without the lock). */
+/*
+ * Whether this process's statement holds a reservation now, or one that
+ * went back until it grows again (a flag read, without the lock).
+ */
 bool
 gm_shmem_wait_holds(void)
 {
-	return gm_shmem_wait_ready() && wait_state(&my_slot->wait) == GM_WAIT_ADMITTED &&
-		my_slot->wait.pid == MyProcPid;
+	GmWaitState st;
+
+	if (!gm_shmem_wait_ready())
+		return false;
+	st = wait_state(&my_slot->wait);
+	return (st == GM_WAIT_ADMITTED || st == GM_WAIT_RETURNED) && my_slot->wait.pid == MyProcPid;
 }
 
 /* Under the lock: whether this process's statement is hopeless (above the ceiling). */

@@ -16,9 +16,9 @@
 #    with constant arguments, folded and copied), each in a session that
 #    was idle: all complete (without the start share, 5 of 5 got "out of
 #    memory");
-#  - every share ended with its statement (the next one's DEBUG2 line
-#    says none is held), SELECT 1 runs, no admission is counted, 0 OOM
-#    kills, no restart.
+#  - with the other sessions idle none holds a share (a new statement's
+#    DEBUG2 line), SELECT 1 runs, no admission is counted, 0 OOM kills,
+#    no restart.
 #
 # Needs a cgroup v1 memory directory writable by the test's user, named by
 # GM_TEST_CGROUP_V1.  The measurements are printed (diag), passing or not.
@@ -135,8 +135,10 @@ for my $form ('in the executor', 'in the planner')
 	is($completed, $tries, "$tries of $tries statements with a repeat() of @{[ $len / $MB ]} MB $form, each the latest beside $sleepers working ones, complete");
 }
 
-# Every share ended with its statement, its session still open: the next
-# one holds the only one (its DEBUG2 line, sent to the client).
+# With every other session idle, none holds a share (the guard ends a
+# share at its statement's end, and at the latest when its backend waits
+# for its client): a new statement takes the whole 16 MB (its DEBUG2
+# line, sent to the client).
 my $d = $node->background_psql('postgres', on_error_stop => 0);
 $d->query_safe('SELECT 1');
 sleep 1;
@@ -146,7 +148,7 @@ $d->query('SELECT count(*) FROM generate_series(1, 1000 + (0 * random())::int)')
 my ($share_line) = $d->{stderr} =~ /(glibc_malloc start share: .*)/;
 diag $share_line // 'no start share line';
 like($share_line // '', qr/^glibc_malloc start share: 16777216 of room \d+ taken -?\d+ held 0$/,
-	'the shares of the statements before ended with them: a new one takes 16 MB beside none held');
+	'with every other session idle, none holds a share: a new statement takes 16 MB');
 $d->quit;
 $_->quit for @kept;
 
