@@ -449,19 +449,19 @@ main(void)
 		 * map what it has not mapped of it before the inserts' claims.
 		 */
 		{
-		GmGuardProc pr[19];
-		GmGuardInput in2;
+			GmGuardProc pr[19];
+			GmGuardInput in2;
 
-		memset(&in2, 0, sizeof(in2));
-		in2.limit = 5000 * MB;
-		in2.engaged = true;
-		in2.usage = 5000 * MB - 250 * MB - 315 * MB;
-		for (int i = 0; i < 19; i++)
-		{
-			pr[i] = proc(i + 1, (20 + i % 5) * MB, (11 + i % 7) * MB, false, false);
-			pr[i].since = i + 1;
-			pr[i].fresh = true;
-			pr[i].since_vmdata = pr[i].vmdata - (11 + i % 7) * MB;
+			memset(&in2, 0, sizeof(in2));
+			in2.limit = 5000 * MB;
+			in2.engaged = true;
+			in2.usage = 5000 * MB - 250 * MB - 315 * MB;
+			for (int i = 0; i < 19; i++)
+			{
+				pr[i] = proc(i + 1, (20 + i % 5) * MB, (11 + i % 7) * MB, false, false);
+				pr[i].since = i + 1;
+				pr[i].fresh = true;
+				pr[i].since_vmdata = pr[i].vmdata - (11 + i % 7) * MB;
 		}
 		pr[18] = proc(19, 12 * MB, 0, false, true);
 		pr[18].since = 19;
