@@ -109,6 +109,9 @@ typedef struct GmWaitSlot
 								 * admission could ever have */
 	bool		granted;		/* ADMITTED: with a share (need is its grant),
 								 * not with its need */
+	bool		start;			/* ADMITTED: a start share
+								 * (gm_shmem_wait_hold_share), not an
+								 * admission */
 	struct Latch *latch;
 } GmWaitSlot;
 
@@ -1252,13 +1255,14 @@ gm_shmem_wait_enqueue(int64 need, int64 patience_ms, int64 now)
 	w->look_gap = 0;
 	w->hopeless = false;
 	w->granted = false;
+	w->start = false;
 }
 
 /*
  * Under the lock: this process's statement holds a start share of share
  * bytes (gm_guard_start_share), admitted at once as a reservation counted
  * from VmData vm (and its gap from VmData less RssAnon rss), never queued:
- * not an admission in the counts.  It ends as a reservation does
+ * neither an admission nor, when it goes back, a return in the counts.  It ends as a reservation does
  * (gm_shmem_wait_leave), and goes back as one does when its statement
  * stops growing or waits.
  */
@@ -1281,6 +1285,7 @@ gm_shmem_wait_hold_share(int64 share, int64 vm, int64 rss, int64 now)
 	w->look_gap = 0;
 	w->hopeless = false;
 	w->granted = false;
+	w->start = true;
 	w->admitted_at = now;
 	w->grew_at = now;
 }
@@ -1568,9 +1573,13 @@ gm_shmem_wait_publish(int64 room, int64 ceiling, const GmWaitLook *looks, int n)
 		else if (wait_state(ws) == GM_WAIT_ADMITTED && !ws->granted && looks[k].returns &&
 				 ws->need > looks[k].vmdata - ws->base_vmdata)
 		{
-			/* What it has not mapped of its need goes back (its gap stays counted). */
+			/*
+			 * What it has not mapped of its need goes back (its gap stays
+			 * counted); counted, but a start share's.
+			 */
 			ws->state = GM_WAIT_RETURNED;
-			pg_atomic_fetch_add_u64(&shared->wait_counts[GM_WAIT_RETURNS], 1);
+			if (!ws->start)
+				pg_atomic_fetch_add_u64(&shared->wait_counts[GM_WAIT_RETURNS], 1);
 			grew = true;
 		}
 		else if (wait_state(ws) == GM_WAIT_RETURNED && looks[k].grew &&
