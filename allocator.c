@@ -380,6 +380,41 @@ gm_proc_status_bytes(int pid, const char *key)
 }
 
 /*
+ * This process's data pages (/proc/self/statm's sixth field: VmData and
+ * the stack) in bytes, an estimate from above of what RLIMIT_DATA counts;
+ * -1 if unknown.  Cheaper than /proc/self/status (one short line): the
+ * executor's check calls it every GM_EXEC_CHECK_CALLS node calls.
+ */
+int64
+gm_proc_statm_data_bytes(void)
+{
+	char		buf[256];
+	ssize_t		n;
+	int			fd;
+	int			field = 0;
+	int64		pages = 0;
+	bool		digits = false;
+
+	if ((fd = open("/proc/self/statm", O_RDONLY)) < 0)
+		return -1;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	for (ssize_t i = 0; i < n && field <= 5; i++)
+	{
+		if (buf[i] == ' ' || buf[i] == '\n')
+			field++;
+		else if (field == 5 && buf[i] >= '0' && buf[i] <= '9')
+		{
+			pages = pages * 10 + (buf[i] - '0');
+			digits = true;
+		}
+	}
+	return digits ? pages * (int64) sysconf(_SC_PAGESIZE) : -1;
+}
+
+/*
  * The bytes in use in a memory context tree: its blocks minus their free
  * space, as tuplesort and hash tables count their own memory (EXPLAIN
  * ANALYZE's figures), not the blocks allocated for it.  Walks every free

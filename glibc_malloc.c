@@ -58,6 +58,8 @@
 #include "access/xact.h"
 #include "commands/prepare.h"
 #include "executor/executor.h"
+#include "executor/instrument.h"
+#include "nodes/nodeFuncs.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "optimizer/planner.h"
@@ -185,6 +187,15 @@ static bool planned_share = false;
  * (VACUUM, CREATE INDEX CONCURRENTLY, a procedure's COMMIT).
  */
 static bool utility_reserved = false;
+
+/*
+ * The top-level executor whose plan nodes check its growth while it runs
+ * (exec_wrap), its process's data pages as it started, and the node calls
+ * since the last check.  Only compared, never followed.
+ */
+static QueryDesc *exec_desc = NULL;
+static int64 exec_start_vm = -1;
+static int	exec_calls = 0;
 
 /*
  * The top-level executor whose mapped peak is measured (NULL: none), and
@@ -534,6 +545,86 @@ mapped_end(QueryDesc *queryDesc, int64 exec_bytes)
 	return mapped >= exec_bytes ? mapped : -1;
 }
 
+/*
+ * Every GM_EXEC_CHECK_CALLS calls of the wrapped plan nodes: the guard's
+ * check of the running statement; a reservation it takes there ends with
+ * its executor.
+ */
+static void
+exec_check(void)
+{
+	exec_calls = 0;
+	if (exec_desc != NULL && gm_guard_may_wait() &&
+		gm_guard_executor_check(exec_start_vm) && reserved_desc == NULL)
+		reserved_desc = exec_desc;
+}
+
+/* A wrapped plan node's call (as ExecProcNodeInstr does, with the count). */
+static TupleTableSlot *
+exec_node_run(PlanState *node)
+{
+	TupleTableSlot *slot;
+
+	if (++exec_calls >= GM_EXEC_CHECK_CALLS)
+		exec_check();
+	if (node->instrument == NULL)
+		return node->ExecProcNodeReal(node);
+	InstrStartNode(node->instrument);
+	slot = node->ExecProcNodeReal(node);
+	InstrStopNode(node->instrument, TupIsNull(slot) ? 0.0 : 1.0);
+	return slot;
+}
+
+/* A wrapped plan node's first call: its stack check, as ExecProcNodeFirst's. */
+static TupleTableSlot *
+exec_node_first(PlanState *node)
+{
+	check_stack_depth();
+	node->ExecProcNode = exec_node_run;
+	return exec_node_run(node);
+}
+
+/*
+ * planstate_tree_walker: wrap each node still set to the executor's own
+ * first call (first); another module's wrapper stays, unchecked.
+ */
+static bool
+exec_wrap_walker(PlanState *node, void *first)
+{
+	if (node->ExecProcNode == (ExecProcNodeMtd) first)
+		node->ExecProcNode = exec_node_first;
+	return planstate_tree_walker(node, exec_wrap_walker, first);
+}
+
+/*
+ * A client's top-level executor started while the memory guard is
+ * engaged: its plan nodes check its growth every GM_EXEC_CHECK_CALLS calls
+ * (gm_guard_executor_check).  A node that sets its own function later
+ * (ExecSetExecProcNode) is unwrapped then.  Flag tests otherwise.
+ */
+static void
+exec_wrap(QueryDesc *queryDesc, int eflags)
+{
+	static ExecProcNodeMtd first = NULL;
+
+	if (ActivePortal == NULL || (eflags & EXEC_FLAG_EXPLAIN_ONLY) ||
+		queryDesc->planstate == NULL || !gm_guard_may_wait() || !gm_shmem_guard_engaged())
+		return;
+	if (first == NULL)
+	{
+		/* The executor's own first call, static in execProcnode.c: as it sets it. */
+		PlanState	probe;
+
+		memset(&probe, 0, sizeof(probe));
+		ExecSetExecProcNode(&probe, exec_node_run);
+		first = probe.ExecProcNode;
+	}
+	exec_desc = queryDesc;
+	exec_start_vm = gm_proc_statm_data_bytes();
+	exec_calls = 0;
+	(void) exec_wrap_walker(queryDesc->planstate, (void *) first);
+}
+
 /* Admit a top-level query, let presets follow work_mem, then chain one level down. */
 static void
 gm_ExecutorStart(QueryDesc *queryDesc, int eflags)
@@ -573,6 +664,8 @@ gm_ExecutorStart(QueryDesc *queryDesc, int eflags)
 	}
 	PG_END_TRY();
 	nesting--;
+	if (nesting == 0)
+		exec_wrap(queryDesc, eflags);
 }
 
 /* Chain ExecutorEnd: the executor's shutdown. */
@@ -594,6 +687,8 @@ chain_ExecutorEnd(QueryDesc *queryDesc)
 static void
 reservation_executor_end(QueryDesc *queryDesc)
 {
+	if (queryDesc == exec_desc)
+		exec_desc = NULL;
 	if (queryDesc == reserved_desc)
 	{
 		reserved_desc = NULL;
@@ -828,6 +923,7 @@ gm_xact_callback(XactEvent event, void *arg)
 		event == XACT_EVENT_PREPARE)
 	{
 		mapped_desc = NULL;
+		exec_desc = NULL;
 		planned_share = plan_tried = false;
 		/* (its own error ends it in gm_ProcessUtility, before the abort) */
 		if (!utility_reserved)
@@ -916,6 +1012,7 @@ gm_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 	if (event == SUBXACT_EVENT_ABORT_SUB && nesting == 0)
 	{
 		mapped_desc = NULL;
+		exec_desc = NULL;
 		planned_share = plan_tried = false;
 		gm_guard_wait_end();
 		gm_guard_top_statement_end();

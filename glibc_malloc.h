@@ -272,6 +272,7 @@ extern int64 gm_mmap_threshold_limit(void);
 extern void gm_mallinfo(GmMallinfo *mi);
 extern int64 gm_heap_end(void);
 extern int64 gm_proc_status_bytes(int pid, const char *key);
+extern int64 gm_proc_statm_data_bytes(void);
 extern int64 gm_context_used(MemoryContext cxt);
 extern int64 gm_rss_anon(void);
 extern bool gm_data_limit(int pid, int64 *soft, int64 *hard);
@@ -380,6 +381,7 @@ extern void gm_shmem_wait_enqueue(int64 need, int64 patience_ms, int64 now);
 extern int	gm_shmem_wait_collect(struct GmAdmitWaiter *w, int max, int64 now, int64 *outstanding,
 								  int64 *room, int64 *ceiling, int *held);
 extern void gm_shmem_wait_hold_share(int64 share, int64 vm, int64 rss, int64 now);
+extern int64 gm_shmem_wait_grow(int64 extra, int64 vm, int64 rss, int64 now);
 extern bool gm_shmem_wait_holds(void);
 extern void gm_shmem_wait_admit(const struct GmAdmitWaiter *w, int n);
 /* What an admitted statement's process waits for, as the monitor sees it. */
@@ -554,6 +556,7 @@ extern void gm_guard_levels(int64 limit, GmGuardLevels *lv);
 extern int	gm_guard_admit(int64 available, int64 ceiling, GmAdmitWaiter *waiters, int n);
 extern int64 gm_guard_grant_limit(int64 base, int64 grant);
 extern int64 gm_guard_start_share(int64 room, int64 taken, int held);
+extern int64 gm_guard_grow_share(int64 room, int64 taken, int others, int64 grown);
 extern int64 gm_guard_need_after(int64 need, int64 run);
 extern int64 gm_guard_mapped_need(int64 need, int64 mapped, int64 at_exec);
 extern int64 gm_guard_outstanding(int64 need, int64 grown, int64 gap, bool returned);
@@ -596,6 +599,9 @@ extern bool gm_guard_may_wait(void);
 /* A statement whose need is smaller does not wait (the reserve covers it). */
 #define GM_WAIT_MIN_NEED		((int64) 1024 * 1024)
 extern int64 gm_guard_wait_for_memory(int64 exec_peak, int64 mapped_peak, bool may_wait);
+/* The running statement's check: every this many calls of its plan nodes (a read of /proc/self/statm). */
+#define GM_EXEC_CHECK_CALLS		1024
+extern bool gm_guard_executor_check(int64 start_vm);
 extern bool gm_guard_take_start_share(void);
 extern bool gm_guard_holds_start_share(void);
 extern bool gm_guard_measures_mapped(int64 exec_peak, int64 mapped_peak);

@@ -77,6 +77,12 @@
 
 /* A statement start waits at most this long for the guard's next look. */
 #define GM_GUARD_START_WAIT_MS	250
+/*
+ * The running statement's check (gm_guard_executor_check): near its limit
+ * within this many bytes (what a sort maps in GM_EXEC_CHECK_CALLS rows,
+ * with room to spare) or half of what it grew.
+ */
+#define GM_EXEC_GROW_MARGIN		(8 * 1024 * 1024)
 
 /* A waiter looks again at least this often (the monitor looks every 50 ms). */
 #define GM_WAIT_POLL_MS			50
@@ -603,6 +609,81 @@ gm_guard_take_start_share(void)
 	if (share == 0)
 		return false;
 	looks0 = gm_shmem_wait_looks();
+	wait_for_reserved_limit(vm + share, looks0);
+	return true;
+}
+
+/*
+ * The running top-level statement's check, every GM_EXEC_CHECK_CALLS of
+ * its plan nodes' calls while the guard was engaged as its executor
+ * started (start_vm: its data pages then): where its data pages
+ * (gm_proc_statm_data_bytes) come within GM_EXEC_GROW_MARGIN of its
+ * limit, or within half of what it grew (a sort's array doubles), it takes
+ * more from the admission's budget (gm_guard_grow_share) as its
+ * reservation, and waits (at most GM_GUARD_START_WAIT_MS, two of the
+ * monitor's looks) until the guard's limit covers it, its executor paused
+ * at the limit instead of failing on it between two looks; a grant's own
+ * limit grows with it.  At most once per look; none left: it goes on.
+ * Returns whether it holds a reservation taken here (the executor's end
+ * ends it).  A /proc read and a prlimit; the lock only near the limit.
+ */
+bool
+gm_guard_executor_check(int64 start_vm)
+{
+	static uint32 tried_looks = 0;
+	int64		soft;
+	int64		hard;
+	int64		vm;
+	int64		margin;
+	int64		rss;
+	int64		now;
+	int64		outstanding;
+	int64		room;
+	int64		ceiling;
+	int64		taken;
+	int64		share;
+	int			held;
+	int			n;
+	uint32		looks0;
+
+	if (!gm_shmem_guard_engaged() || (looks0 = gm_shmem_wait_looks()) == tried_looks)
+		return false;
+	if (!gm_data_limit(0, &soft, &hard) || soft == GM_NO_LIMIT ||
+		(vm = gm_proc_statm_data_bytes()) < 0)
+		return false;
+	margin = Max(GM_EXEC_GROW_MARGIN, (start_vm >= 0 ? vm - start_vm : 0) / 2);
+	if (soft - vm > margin)
+		return false;
+	tried_looks = looks0;
+	admit_prepare();
+	rss = gm_proc_status_bytes(0, "RssAnon:");
+	now = gm_monotonic_usec();
+	gm_shmem_wait_lock();
+	n = gm_shmem_wait_collect(admit_buf, admit_max, now, &outstanding, &room, &ceiling, &held);
+	taken = outstanding;
+	for (int i = 0; i < n; i++)
+		if (ceiling < 0 || admit_buf[i].need <= ceiling)
+			taken += Max(admit_buf[i].need, 0);
+	share = gm_guard_grow_share(room, taken, held - (gm_shmem_wait_admitted() ? 1 : 0),
+								start_vm >= 0 ? vm - start_vm : 0);
+	if (share > 0)
+	{
+		int64		grant;
+
+		if (gm_shmem_wait_granted(&grant) && grant_limit != GM_NO_LIMIT)
+			grant_pending = grant_limit = Max(grant_limit, gm_guard_grant_limit(vm, share));
+		else if (!gm_shmem_wait_holds())
+			start_share_held = true;
+		wait_entered = true;
+		(void) gm_shmem_wait_grow(share, vm, rss, now);
+	}
+	gm_shmem_wait_unlock();
+	elog(DEBUG2, "glibc_malloc executor share: " INT64_FORMAT " at " INT64_FORMAT " of limit " INT64_FORMAT " room " INT64_FORMAT " taken " INT64_FORMAT " held %d",
+		 share, vm, soft, room, taken, held);
+	if (share == 0)
+		return false;
+	if (grant_limit != GM_NO_LIMIT)
+		set_limits();
 	wait_for_reserved_limit(vm + share, looks0);
 	return true;
 }

@@ -641,6 +641,27 @@ gm_guard_start_share(int64 room, int64 taken, int held)
 	return share >= GM_WAIT_MIN_NEED ? share : 0;
 }
 
+/*
+ * A share for a statement that nears its limit while it runs, the guard
+ * engaged (gm_guard_executor_check): as a start share, an equal part of
+ * what the admission has left between it and the others holding a
+ * reservation or a share, but at most what it has grown since its start
+ * (grown) or GM_GUARD_START_SHARE, whichever is more, so that a statement
+ * that keeps growing asks as often as its size doubles, not every 16 MB.
+ * 0 (none) below GM_WAIT_MIN_NEED, or with the room unknown (-1).
+ */
+int64
+gm_guard_grow_share(int64 room, int64 taken, int others, int64 grown)
+{
+	int64		share;
+
+	if (room < 0 || room - Max(taken, 0) <= 0)
+		return 0;
+	share = Min(Max(GM_GUARD_START_SHARE, grown), (room - Max(taken, 0)) / (Max(others, 0) + 1));
+	share -= share % GM_GUARD_GRAIN;
+	return share >= GM_WAIT_MIN_NEED ? share : 0;
+}
+
 /* qsort: arrival order. */
 static int
 cmp_arrival(const void *a, const void *b)

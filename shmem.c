@@ -1291,6 +1291,35 @@ gm_shmem_wait_hold_share(int64 share, int64 vm, int64 rss, int64 now)
 }
 
 /*
+ * Under the lock: this process's running statement, near its limit, takes
+ * extra bytes more (gm_guard_executor_check): a reservation or a share it
+ * holds (or that went back) now expects extra beyond VmData vm; without
+ * one, it holds extra as a start share does (gm_shmem_wait_hold_share).
+ * Returns the reservation's need now.
+ */
+int64
+gm_shmem_wait_grow(int64 extra, int64 vm, int64 rss, int64 now)
+{
+	GmWaitSlot *w = &my_slot->wait;
+	GmWaitState st = wait_state(w);
+
+	if ((st != GM_WAIT_ADMITTED && st != GM_WAIT_RETURNED) || w->pid != MyProcPid)
+	{
+		gm_shmem_wait_hold_share(extra, vm, rss, now);
+		return extra;
+	}
+	if (w->base_vmdata < 0)
+	{
+		w->base_vmdata = vm;
+		w->base_gap = vm >= 0 && rss >= 0 ? Max(vm - rss, 0) : 0;
+	}
+	w->need = Max(w->need, vm - w->base_vmdata) + extra;
+	w->state = GM_WAIT_ADMITTED;
+	w->grew_at = now;
+	return w->need;
+}
+
+/*
  * Whether process pid, in slot slotno (its PGPROC number), waits for its
  * client's next command: a statement it was admitted for failed inside a
  * savepoint or its portal is suspended, and holds no reservation.  A read

@@ -16,6 +16,12 @@
 #    with constant arguments, folded and copied), each in a session that
 #    was idle: all complete (without the start share, 5 of 5 got "out of
 #    memory");
+#  - 5 sorts of 800,000 md5 strings (about 100 MB mapped), each in a
+#    session that was idle: they grow past their start share, and their
+#    plan nodes take more from the budget as they near their limit, each
+#    pausing until the monitor's look covers it: all complete (without
+#    it, N of 5 got "out of memory": a look every 50 ms, in steps of a few
+#    MB, is too late for a sort);
 #  - with the other sessions idle none holds a share (a new statement's
 #    DEBUG2 line), SELECT 1 runs, no admission is counted, 0 OOM kills,
 #    no restart.
@@ -48,6 +54,7 @@ my $node = new_node('startshare', "restart_after_crash = on\nshared_buffers = 16
 $node->start;
 enter_cgroup_v1($node, $cg, $limit);
 $node->safe_psql('postgres', 'CREATE EXTENSION glibc_malloc');
+$node->safe_psql('postgres', 'CREATE TABLE sortme AS SELECT g, md5(g::text) m FROM generate_series(1, 800000) g; VACUUM ANALYZE sortme');
 ok(wait_for(sub { (guard_counts($node)->[2] || 0) > 0 }, 10), "the monitor read the cgroup's limit");
 
 sub guard { [ split /\|/, $node->safe_psql('postgres', 'SELECT engaged, usage_bytes, target_bytes FROM glibc_malloc_guard') ] }
@@ -133,6 +140,32 @@ for my $form ('in the executor', 'in the planner')
 	diag sprintf('%d statements with a repeat() of %d MB %s beside %d working ones: %d completed, %d out of memory',
 		$tries, $len / $MB, $form, $sleepers, $completed, $failed);
 	is($completed, $tries, "$tries of $tries statements with a repeat() of @{[ $len / $MB ]} MB $form, each the latest beside $sleepers working ones, complete");
+}
+
+# Sorts that grow past their start share while they run (800,000 md5
+# strings: about 100 MB mapped, in steps of a few MB between two of the
+# monitor's looks), each in a session that was idle: their plan nodes
+# take more from the budget as they near their limit, and wait for the
+# look that covers it.
+{
+	my $rows = 800000;
+	my ($completed, $failed) = (0, 0);
+	my @idle = map { $node->background_psql('postgres', on_error_stop => 0) } 1 .. $tries;
+	$_->query_safe("SET work_mem = '1GB'; SET max_parallel_workers_per_gather = 0") for @idle;
+	sleep 1;
+	for my $s (@idle)
+	{
+		wait_for(sub { headroom() >= 130 * $MB }, 10);
+		my $r = $s->query("SELECT count(*) FROM (SELECT m FROM sortme ORDER BY 1) s") // '';
+		if ($r eq $rows) { $completed++ }
+		elsif ($s->{stderr} =~ /out of memory/) { $failed++ }
+		else { diag "other result: $r $s->{stderr}" }
+		$s->{stderr} = '';
+	}
+	push @kept, @idle;
+	diag sprintf('%d sorts of %d rows beside %d working statements: %d completed, %d out of memory',
+		$tries, $rows, $sleepers, $completed, $failed);
+	is($completed, $tries, "$tries of $tries sorts of about 100 MB, each growing past its start share beside $sleepers working statements, complete");
 }
 
 # With every other session idle, none holds a share (the guard ends a

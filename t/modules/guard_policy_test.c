@@ -1188,6 +1188,35 @@ main(void)
 		}
 
 		/*
+		 * A running statement's share near its limit: as a start share,
+		 * but up to what it grew (a sort asks as often as it doubles).
+		 */
+		{
+			static const struct
+			{
+				int64		room;
+				int64		taken;
+				int			others;
+				int64		grown;
+				int64		share;	/* kB */
+				const char *name;
+			}			gr[] = {
+				{137 * MB, 15 * MB, 0, 0, 16 * 1024, "alone, grown nothing yet: 16 MB"},
+				{118 * MB, 13 * MB, 0, 30 * MB, 30 * 1024, "alone, grown 30 MB: 30 MB more"},
+				{90 * MB, 65 * MB, 0, 64 * MB, 25 * 1024, "alone, 25 MB left: 25 MB, not the 64 it grew"},
+				{300 * MB, 0, 3, 100 * MB, 75 * 1024, "beside 3 holding, 300 MB left: an equal part, 75 MB"},
+				{64 * MB, 63 * MB + 512 * 1024, 0, 64 * MB, 0, "0.5 MB left: too little to take, none"},
+				{-1, 0, 0, 64 * MB, 0, "the room unknown: none"},
+				{100 * MB, -5, -2, -7, 16 * 1024, "negative inputs count as none: 16 MB"},
+				{(int64) 1 << 50, 0, 0, (int64) 1 << 40, (int64) 1 << 30, "a TB grown in a PB of room: a TB more, no overflow"},
+			};
+
+			for (int i = 0; i < (int) lengthof(gr); i++)
+				ok(gm_guard_grow_share(gr[i].room, gr[i].taken, gr[i].others, gr[i].grown) == gr[i].share * 1024,
+				   gr[i].name);
+		}
+
+		/*
 		 * memory_wait is the session's: half of at most 30 s counts, and
 		 * half of an odd one is due from its ceiling, not before.  A head
 		 * of 500 MB that does not fit 200 MB, a small one of 50 MB behind.
