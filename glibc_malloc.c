@@ -190,12 +190,16 @@ static bool utility_reserved = false;
 
 /*
  * The top-level executor whose plan nodes check its growth while it runs
- * (exec_wrap), its process's data pages as it started, and the node calls
- * since the last check.  Only compared, never followed.
+ * (exec_wrap), its process's data pages at its first check (-1: none
+ * yet), and the node calls since the last check.  Only compared, never
+ * followed.
  */
 static QueryDesc *exec_desc = NULL;
 static int64 exec_start_vm = -1;
 static int	exec_calls = 0;
+
+/* The executor's own first call of a node (static in execProcnode.c), learnt once. */
+static ExecProcNodeMtd exec_first = NULL;
 
 /*
  * The top-level executor whose mapped peak is measured (NULL: none), and
@@ -555,7 +559,7 @@ exec_check(void)
 {
 	exec_calls = 0;
 	if (exec_desc != NULL && gm_guard_may_wait() &&
-		gm_guard_executor_check(exec_start_vm) && reserved_desc == NULL)
+		gm_guard_executor_check(&exec_start_vm) && reserved_desc == NULL)
 		reserved_desc = exec_desc;
 }
 
@@ -586,14 +590,14 @@ exec_node_first(PlanState *node)
 
 /*
  * planstate_tree_walker: wrap each node still set to the executor's own
- * first call (first); another module's wrapper stays, unchecked.
+ * first call; another module's wrapper stays, unchecked.
  */
 static bool
-exec_wrap_walker(PlanState *node, void *first)
+exec_wrap_walker(PlanState *node, void *context)
 {
-	if (node->ExecProcNode == (ExecProcNodeMtd) first)
+	if (node->ExecProcNode == exec_first)
 		node->ExecProcNode = exec_node_first;
-	return planstate_tree_walker(node, exec_wrap_walker, first);
+	return planstate_tree_walker(node, exec_wrap_walker, context);
 }
 
 /*
@@ -605,24 +609,22 @@ exec_wrap_walker(PlanState *node, void *first)
 static void
 exec_wrap(QueryDesc *queryDesc, int eflags)
 {
-	static ExecProcNodeMtd first = NULL;
-
 	if (ActivePortal == NULL || (eflags & EXEC_FLAG_EXPLAIN_ONLY) ||
 		queryDesc->planstate == NULL || !gm_guard_may_wait() || !gm_shmem_guard_engaged())
 		return;
-	if (first == NULL)
+	if (exec_first == NULL)
 	{
-		/* The executor's own first call, static in execProcnode.c: as it sets it. */
+		/* As the executor sets it for a node. */
 		PlanState	probe;
 
 		memset(&probe, 0, sizeof(probe));
 		ExecSetExecProcNode(&probe, exec_node_run);
-		first = probe.ExecProcNode;
+		exec_first = probe.ExecProcNode;
 	}
 	exec_desc = queryDesc;
-	exec_start_vm = gm_proc_statm_data_bytes();
+	exec_start_vm = -1;
 	exec_calls = 0;
-	(void) exec_wrap_walker(queryDesc->planstate, (void *) first);
+	(void) exec_wrap_walker(queryDesc->planstate, NULL);
 }
 
 /* Admit a top-level query, let presets follow work_mem, then chain one level down. */

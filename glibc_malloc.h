@@ -601,7 +601,7 @@ extern bool gm_guard_may_wait(void);
 extern int64 gm_guard_wait_for_memory(int64 exec_peak, int64 mapped_peak, bool may_wait);
 /* The running statement's check: every this many calls of its plan nodes (a read of /proc/self/statm). */
 #define GM_EXEC_CHECK_CALLS		1024
-extern bool gm_guard_executor_check(int64 start_vm);
+extern bool gm_guard_executor_check(int64 *start_vm);
 extern bool gm_guard_take_start_share(void);
 extern bool gm_guard_holds_start_share(void);
 extern bool gm_guard_measures_mapped(int64 exec_peak, int64 mapped_peak);

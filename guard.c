@@ -616,7 +616,7 @@ gm_guard_take_start_share(void)
 /*
  * The running top-level statement's check, every GM_EXEC_CHECK_CALLS of
  * its plan nodes' calls while the guard was engaged as its executor
- * started (start_vm: its data pages then): where its data pages
+ * started (*start_vm: its data pages at its first check, set then): where its data pages
  * (gm_proc_statm_data_bytes) come within GM_EXEC_GROW_MARGIN of its
  * limit, or within half of what it grew (a sort's array doubles), it takes
  * more from the admission's budget (gm_guard_grow_share) as its
@@ -628,7 +628,7 @@ gm_guard_take_start_share(void)
  * ends it).  A /proc read and a prlimit; the lock only near the limit.
  */
 bool
-gm_guard_executor_check(int64 start_vm)
+gm_guard_executor_check(int64 *start_vm)
 {
 	static uint32 tried_looks = 0;
 	int64		soft;
@@ -648,10 +648,14 @@ gm_guard_executor_check(int64 start_vm)
 
 	if (!gm_shmem_guard_engaged() || (looks0 = gm_shmem_wait_looks()) == tried_looks)
 		return false;
+	/* Only the guard's and a grant's limits move: under the cap's or the original, nothing to take. */
 	if (!gm_data_limit(0, &soft, &hard) || soft == GM_NO_LIMIT ||
+		Min(gm_shmem_my_guard_limit(), grant_limit) > soft ||
 		(vm = gm_proc_statm_data_bytes()) < 0)
 		return false;
-	margin = Max(GM_EXEC_GROW_MARGIN, (start_vm >= 0 ? vm - start_vm : 0) / 2);
+	if (*start_vm < 0)
+		*start_vm = vm;
+	margin = Max(GM_EXEC_GROW_MARGIN, (vm - *start_vm) / 2);
 	if (soft - vm > margin)
 		return false;
 	tried_looks = looks0;
@@ -665,13 +669,20 @@ gm_guard_executor_check(int64 start_vm)
 		if (ceiling < 0 || admit_buf[i].need <= ceiling)
 			taken += Max(admit_buf[i].need, 0);
 	share = gm_guard_grow_share(room, taken, held - (gm_shmem_wait_admitted() ? 1 : 0),
-								start_vm >= 0 ? vm - start_vm : 0);
+								vm - *start_vm);
 	if (share > 0)
 	{
 		int64		grant;
 
-		if (gm_shmem_wait_granted(&grant) && grant_limit != GM_NO_LIMIT)
-			grant_pending = grant_limit = Max(grant_limit, gm_guard_grant_limit(vm, share));
+		if (gm_shmem_wait_granted(&grant))
+		{
+			int64		lim = gm_guard_grant_limit(vm, share);
+
+			if (grant_pending != GM_NO_LIMIT)
+				grant_pending = Max(grant_pending, lim);
+			if (grant_limit != GM_NO_LIMIT)
+				grant_limit = Max(grant_limit, lim);
+		}
 		else if (!gm_shmem_wait_holds())
 			start_share_held = true;
 		wait_entered = true;
