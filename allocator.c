@@ -383,7 +383,7 @@ gm_proc_status_bytes(int pid, const char *key)
  * This process's data pages (/proc/self/statm's sixth field: VmData and
  * the stack) in bytes, an estimate from above of what RLIMIT_DATA counts;
  * -1 if unknown.  Cheaper than /proc/self/status (one short line): the
- * executor's check calls it every GM_EXEC_CHECK_CALLS node calls.
+ * executor's check calls it at most every 2 ms.
  */
 int64
 gm_proc_statm_data_bytes(void)

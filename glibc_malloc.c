@@ -190,12 +190,12 @@ static bool utility_reserved = false;
 
 /*
  * The top-level executor whose plan nodes check its growth while it runs
- * (exec_wrap), its process's data pages at its first check (-1: none
- * yet), and the node calls since the last check.  Only compared, never
- * followed.
+ * (exec_wrap) and its EState (only compared, never followed), its check's
+ * state, and the node calls since the last check.
  */
 static QueryDesc *exec_desc = NULL;
-static int64 exec_start_vm = -1;
+static EState *exec_estate = NULL;
+static GmExecCheck exec_state = GM_EXEC_CHECK_INIT;
 static int	exec_calls = 0;
 
 /* The executor's own first call of a node (static in execProcnode.c), learnt once. */
@@ -551,26 +551,30 @@ mapped_end(QueryDesc *queryDesc, int64 exec_bytes)
 
 /*
  * Every GM_EXEC_CHECK_CALLS calls of the wrapped plan nodes: the guard's
- * check of the running statement; a reservation it takes there ends with
- * its executor.
+ * check of the running statement, only from its own top-level run (not a
+ * FETCH of its portal inside another statement, not another portal's
+ * nodes); what it takes there ends with its executor.
  */
 static void
-exec_check(void)
+exec_check(PlanState *node)
 {
 	exec_calls = 0;
-	if (exec_desc != NULL && gm_guard_may_wait() &&
-		gm_guard_executor_check(&exec_start_vm) && reserved_desc == NULL)
+	if (exec_desc != NULL && nesting == 1 && node->state == exec_estate &&
+		gm_guard_may_wait() && gm_guard_executor_check(&exec_state))
 		reserved_desc = exec_desc;
 }
 
-/* A wrapped plan node's call (as ExecProcNodeInstr does, with the count). */
+/*
+ * A wrapped plan node's call (as ExecProcNodeInstr does, with the count;
+ * the check's pause counts in the calling node's time).
+ */
 static TupleTableSlot *
 exec_node_run(PlanState *node)
 {
 	TupleTableSlot *slot;
 
 	if (++exec_calls >= GM_EXEC_CHECK_CALLS)
-		exec_check();
+		exec_check(node);
 	if (node->instrument == NULL)
 		return node->ExecProcNodeReal(node);
 	InstrStartNode(node->instrument);
@@ -622,7 +626,8 @@ exec_wrap(QueryDesc *queryDesc, int eflags)
 		exec_first = probe.ExecProcNode;
 	}
 	exec_desc = queryDesc;
-	exec_start_vm = -1;
+	exec_estate = queryDesc->estate;
+	exec_state = (GmExecCheck) GM_EXEC_CHECK_INIT;
 	exec_calls = 0;
 	(void) exec_wrap_walker(queryDesc->planstate, NULL);
 }
@@ -1181,6 +1186,7 @@ gm_ProcessUtility(GM_PU_ARGS)
 		/* The last statement's reservation ends (a portal suspended before). */
 		reserved_desc = NULL;
 		mapped_desc = NULL;
+		exec_desc = NULL;
 		planned_share = plan_tried = false;
 		gm_guard_wait_end();
 		gm_guard_top_statement_start();

@@ -599,9 +599,20 @@ extern bool gm_guard_may_wait(void);
 /* A statement whose need is smaller does not wait (the reserve covers it). */
 #define GM_WAIT_MIN_NEED		((int64) 1024 * 1024)
 extern int64 gm_guard_wait_for_memory(int64 exec_peak, int64 mapped_peak, bool may_wait);
-/* The running statement's check: every this many calls of its plan nodes (a read of /proc/self/statm). */
+/* The running statement's check: every this many calls of its plan nodes (a clock read). */
 #define GM_EXEC_CHECK_CALLS		1024
-extern bool gm_guard_executor_check(int64 *start_vm);
+
+/* The running statement's check's state (gm_guard_executor_check), set to GM_EXEC_CHECK_INIT as its executor starts. */
+typedef struct GmExecCheck
+{
+	int64		start_vm;		/* data pages at its first read; -1: none yet */
+	int64		last_vm;		/* data pages when it last took more; -1: never */
+	int64		last_share;		/* what it took then */
+	int64		read_at;		/* its last read of /proc/self/statm (gm_monotonic_usec) */
+	uint32		tried_looks;	/* the monitor's look when it last asked */
+} GmExecCheck;
+#define GM_EXEC_CHECK_INIT	{-1, -1, 0, 0, 0}
+extern bool gm_guard_executor_check(GmExecCheck *check);
 extern bool gm_guard_take_start_share(void);
 extern bool gm_guard_holds_start_share(void);
 extern bool gm_guard_measures_mapped(int64 exec_peak, int64 mapped_peak);

@@ -79,10 +79,12 @@
 #define GM_GUARD_START_WAIT_MS	250
 /*
  * The running statement's check (gm_guard_executor_check): near its limit
- * within this many bytes (what a sort maps in GM_EXEC_CHECK_CALLS rows,
- * with room to spare) or half of what it grew.
+ * within this many bytes (what a sort maps in a few milliseconds, with
+ * room to spare) or half of what it grew; a read of /proc/self/statm at
+ * most every GM_EXEC_READ_USEC.
  */
 #define GM_EXEC_GROW_MARGIN		(8 * 1024 * 1024)
+#define GM_EXEC_READ_USEC		2000
 
 /* A waiter looks again at least this often (the monitor looks every 50 ms). */
 #define GM_WAIT_POLL_MS			50
@@ -473,13 +475,13 @@ static int64 wait_for_need(int64 need, bool may_wait);
  * admission plus its need, or a look that began after the admission was
  * noted has set it (one that read the process before left it at its idle
  * or working share, and the executor would run into that before the next
- * look; the budget may not cover the whole need).  On the latch, without
- * a wait event, as the start's wait for the look that counts it working:
- * part of its start, not a wait for memory (memory_wait = 0 waits for
- * none).
+ * look; the budget may not cover the whole need).  On the latch, at a
+ * statement's start without a wait event (wait_event_info 0), as the
+ * start's wait for the look that counts it working: part of its start,
+ * not a wait for memory (memory_wait = 0 waits for none).
  */
 static void
-wait_for_reserved_limit(int64 want, uint32 looks0)
+wait_for_reserved_limit(int64 want, uint32 looks0, uint32 wait_event_info)
 {
 	int64		start = gm_monotonic_usec();
 
@@ -493,7 +495,7 @@ wait_for_reserved_limit(int64 want, uint32 looks0)
 			return;
 		gm_shmem_guard_wake();
 		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 Min(left_ms, 5), 0);
+						 Min(left_ms, 5), wait_event_info);
 		ResetLatch(MyLatch);
 		CHECK_FOR_INTERRUPTS();
 	}
@@ -609,30 +611,33 @@ gm_guard_take_start_share(void)
 	if (share == 0)
 		return false;
 	looks0 = gm_shmem_wait_looks();
-	wait_for_reserved_limit(vm + share, looks0);
+	wait_for_reserved_limit(vm + share, looks0, 0);
 	return true;
 }
 
 /*
  * The running top-level statement's check, every GM_EXEC_CHECK_CALLS of
  * its plan nodes' calls while the guard was engaged as its executor
- * started (*start_vm: its data pages at its first check, set then): where its data pages
- * (gm_proc_statm_data_bytes) come within GM_EXEC_GROW_MARGIN of its
- * limit, or within half of what it grew (a sort's array doubles), it takes
- * more from the admission's budget (gm_guard_grow_share) as its
- * reservation, and waits (at most GM_GUARD_START_WAIT_MS, two of the
- * monitor's looks) until the guard's limit covers it, its executor paused
- * at the limit instead of failing on it between two looks; a grant's own
- * limit grows with it.  At most once per look; none left: it goes on.
- * Returns whether it holds a reservation taken here (the executor's end
- * ends it).  A /proc read and a prlimit; the lock only near the limit.
+ * started (check: its state): at most every GM_EXEC_READ_USEC, where its
+ * data pages (gm_proc_statm_data_bytes: VmData and the stack, more than
+ * RLIMIT_DATA counts, so it errs early) come within GM_EXEC_GROW_MARGIN of
+ * the guard's (or its grant's) limit, or within half of what it grew since
+ * its first read (a sort's array doubles), and it has mapped half of what
+ * it last took, it takes more from the admission's budget
+ * (gm_guard_grow_share) as its reservation, and waits (at most
+ * GM_GUARD_START_WAIT_MS, as a wait for memory) until the guard's limit
+ * covers it: its executor pauses at the limit instead of failing on it
+ * between two of the monitor's looks.  A grant's own limit grows with it.
+ * At most once per look; none left: it goes on.  Not where the cap
+ * (max_backend_memory) or the original limit is the lower: the guard
+ * cannot raise those.  Returns whether it took more (the executor's end
+ * ends the reservation).  Flag and clock reads; a /proc read at most every
+ * GM_EXEC_READ_USEC; the lock only near the limit.
  */
 bool
-gm_guard_executor_check(int64 *start_vm)
+gm_guard_executor_check(GmExecCheck *check)
 {
-	static uint32 tried_looks = 0;
-	int64		soft;
-	int64		hard;
+	int64		movable;
 	int64		vm;
 	int64		margin;
 	int64		rss;
@@ -646,22 +651,26 @@ gm_guard_executor_check(int64 *start_vm)
 	int			n;
 	uint32		looks0;
 
-	if (!gm_shmem_guard_engaged() || (looks0 = gm_shmem_wait_looks()) == tried_looks)
+	if (!gm_shmem_guard_engaged() || (looks0 = gm_shmem_wait_looks()) == check->tried_looks)
 		return false;
-	/* Only the guard's and a grant's limits move: under the cap's or the original, nothing to take. */
-	if (!gm_data_limit(0, &soft, &hard) || soft == GM_NO_LIMIT ||
-		Min(gm_shmem_my_guard_limit(), grant_limit) > soft ||
-		(vm = gm_proc_statm_data_bytes()) < 0)
+	movable = Min(gm_shmem_my_guard_limit(), grant_limit);
+	if (movable == GM_NO_LIMIT || Min(own_limit, orig_soft >= 0 ? orig_soft : GM_NO_LIMIT) <= movable)
 		return false;
-	if (*start_vm < 0)
-		*start_vm = vm;
-	margin = Max(GM_EXEC_GROW_MARGIN, (vm - *start_vm) / 2);
-	if (soft - vm > margin)
+	now = gm_monotonic_usec();
+	if (now >= check->read_at && now - check->read_at < GM_EXEC_READ_USEC)
 		return false;
-	tried_looks = looks0;
+	check->read_at = now;
+	if ((vm = gm_proc_statm_data_bytes()) < 0)
+		return false;
+	if (check->start_vm < 0)
+		check->start_vm = vm;
+	margin = Max(GM_EXEC_GROW_MARGIN, (vm - check->start_vm) / 2);
+	if (movable - vm > margin ||
+		(check->last_vm >= 0 && vm < check->last_vm + check->last_share / 2))
+		return false;
+	check->tried_looks = looks0;
 	admit_prepare();
 	rss = gm_proc_status_bytes(0, "RssAnon:");
-	now = gm_monotonic_usec();
 	gm_shmem_wait_lock();
 	n = gm_shmem_wait_collect(admit_buf, admit_max, now, &outstanding, &room, &ceiling, &held);
 	taken = outstanding;
@@ -669,7 +678,7 @@ gm_guard_executor_check(int64 *start_vm)
 		if (ceiling < 0 || admit_buf[i].need <= ceiling)
 			taken += Max(admit_buf[i].need, 0);
 	share = gm_guard_grow_share(room, taken, held - (gm_shmem_wait_admitted() ? 1 : 0),
-								vm - *start_vm);
+								vm - check->start_vm);
 	if (share > 0)
 	{
 		int64		grant;
@@ -690,12 +699,14 @@ gm_guard_executor_check(int64 *start_vm)
 	}
 	gm_shmem_wait_unlock();
 	elog(DEBUG2, "glibc_malloc executor share: " INT64_FORMAT " at " INT64_FORMAT " of limit " INT64_FORMAT " room " INT64_FORMAT " taken " INT64_FORMAT " held %d",
-		 share, vm, soft, room, taken, held);
+		 share, vm, movable, room, taken, held);
 	if (share == 0)
 		return false;
+	check->last_vm = vm;
+	check->last_share = share;
 	if (grant_limit != GM_NO_LIMIT)
 		set_limits();
-	wait_for_reserved_limit(vm + share, looks0);
+	wait_for_reserved_limit(vm + share, looks0, gm_memory_wait_event());
 	return true;
 }
 
@@ -764,7 +775,7 @@ wait_for_need(int64 need, bool may_wait)
 				int64		base = admitted_base(waited, &first);
 
 				if (base >= 0)
-					wait_for_reserved_limit(base + need, looks0);
+					wait_for_reserved_limit(base + need, looks0, 0);
 				break;
 			}
 		case GM_ROUND_GRANTED:

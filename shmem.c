@@ -1292,10 +1292,13 @@ gm_shmem_wait_hold_share(int64 share, int64 vm, int64 rss, int64 now)
 
 /*
  * Under the lock: this process's running statement, near its limit, takes
- * extra bytes more (gm_guard_executor_check): a reservation or a share it
- * holds (or that went back) now expects extra beyond VmData vm; without
- * one, it holds extra as a start share does (gm_shmem_wait_hold_share).
- * Returns the reservation's need now.
+ * extra bytes more (gm_guard_executor_check): a reservation, a grant or a
+ * share it holds now expects extra beyond VmData vm (its need: what it
+ * grew or its need, whichever is more, plus extra); one that went back
+ * (RETURNED: the admission counted only what it mapped) is taken again
+ * for what it grew plus extra, not its old need; without one, it holds
+ * extra as a start share does (gm_shmem_wait_hold_share).  vm may count
+ * the stack too (an estimate from above).  Returns the need now.
  */
 int64
 gm_shmem_wait_grow(int64 extra, int64 vm, int64 rss, int64 now)
@@ -1313,8 +1316,14 @@ gm_shmem_wait_grow(int64 extra, int64 vm, int64 rss, int64 now)
 		w->base_vmdata = vm;
 		w->base_gap = vm >= 0 && rss >= 0 ? Max(vm - rss, 0) : 0;
 	}
-	w->need = Max(w->need, vm - w->base_vmdata) + extra;
-	w->state = GM_WAIT_ADMITTED;
+	if (st == GM_WAIT_RETURNED)
+	{
+		w->need = Max(vm - w->base_vmdata, 0) + extra;
+		w->state = GM_WAIT_ADMITTED;
+		w->admitted_at = now;
+	}
+	else
+		w->need = Max(w->need, vm - w->base_vmdata) + extra;
 	w->grew_at = now;
 	return w->need;
 }

@@ -19,9 +19,9 @@
 #  - 5 sorts of 800,000 md5 strings (about 100 MB mapped), each in a
 #    session that was idle: they grow past their start share, and their
 #    plan nodes take more from the budget as they near their limit, each
-#    pausing until the monitor's look covers it: all complete (without
-#    it, N of 5 got "out of memory": a look every 50 ms, in steps of a few
-#    MB, is too late for a sort);
+#    pausing until the monitor's look covers it (their DEBUG2 lines show
+#    it): all complete (without it, 0 of 5: a look every 50 ms is too
+#    late for a sort that maps a few MB between two);
 #  - with the other sessions idle none holds a share (a new statement's
 #    DEBUG2 line), SELECT 1 runs, no admission is counted, 0 OOM kills,
 #    no restart.
@@ -149,22 +149,28 @@ for my $form ('in the executor', 'in the planner')
 # look that covers it.
 {
 	my $rows = 800000;
-	my ($completed, $failed) = (0, 0);
+	my ($completed, $failed, $took, $roomy) = (0, 0, 0, 0);
 	my @idle = map { $node->background_psql('postgres', on_error_stop => 0) } 1 .. $tries;
 	$_->query_safe("SET work_mem = '1GB'; SET max_parallel_workers_per_gather = 0") for @idle;
 	sleep 1;
 	for my $s (@idle)
 	{
-		wait_for(sub { headroom() >= 130 * $MB }, 10);
+		$roomy++ if wait_for(sub { headroom() >= 130 * $MB }, 10);
+		$s->query_safe('SET client_min_messages = debug2');
+		$s->{stderr} = '';
 		my $r = $s->query("SELECT count(*) FROM (SELECT m FROM sortme ORDER BY 1) s") // '';
 		if ($r eq $rows) { $completed++ }
 		elsif ($s->{stderr} =~ /out of memory/) { $failed++ }
 		else { diag "other result: $r $s->{stderr}" }
+		$took++ if $s->{stderr} =~ /glibc_malloc executor share: [1-9]/;
+		$s->query('RESET client_min_messages');
 		$s->{stderr} = '';
 	}
 	push @kept, @idle;
-	diag sprintf('%d sorts of %d rows beside %d working statements: %d completed, %d out of memory',
-		$tries, $rows, $sleepers, $completed, $failed);
+	diag sprintf('%d sorts of %d rows beside %d working statements: %d completed, %d out of memory, %d took more as they ran',
+		$tries, $rows, $sleepers, $completed, $failed, $took);
+	is($roomy, $tries, 'each sort started with at least 130 MB of headroom');
+	is($took, $tries, 'each sort took more from the budget as it ran (its DEBUG2 lines)');
 	is($completed, $tries, "$tries of $tries sorts of about 100 MB, each growing past its start share beside $sleepers working statements, complete");
 }
 
