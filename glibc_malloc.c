@@ -593,28 +593,59 @@ exec_node_first(PlanState *node)
 }
 
 /*
- * planstate_tree_walker: wrap each node still set to the executor's own
- * first call; another module's wrapper stays, unchecked.
+ * The plan nodes that keep what they read in memory (a sort, a hash table,
+ * an aggregate's states, a window's partition, a tuplestore, a cache):
+ * the calls of their inputs are where a statement grows, and where it is
+ * checked.
+ */
+static const NodeTag exec_keepers[] = {
+	T_SortState, T_IncrementalSortState, T_HashState, T_AggState,
+	T_WindowAggState, T_MaterialState, T_SetOpState, T_RecursiveUnionState,
+#if PG_VERSION_NUM >= 140000
+	T_MemoizeState,
+#endif
+};
+
+/* Wrap one input node if it is still set to the executor's own first call. */
+static void
+exec_wrap_input(PlanState *input)
+{
+	if (input != NULL && input->ExecProcNode == exec_first)
+		input->ExecProcNode = exec_node_first;
+}
+
+/*
+ * planstate_tree_walker: wrap the inputs of the nodes that keep what they
+ * read (exec_keepers); another module's wrapper stays, unchecked.  A plan
+ * without such nodes (an index lookup) gets none.
  */
 static bool
 exec_wrap_walker(PlanState *node, void *context)
 {
-	if (node->ExecProcNode == exec_first)
-		node->ExecProcNode = exec_node_first;
+	for (int i = 0; i < (int) lengthof(exec_keepers); i++)
+		if (nodeTag(node) == exec_keepers[i])
+		{
+			exec_wrap_input(outerPlanState(node));
+			exec_wrap_input(innerPlanState(node));
+			break;
+		}
 	return planstate_tree_walker(node, exec_wrap_walker, context);
 }
 
 /*
- * A client's top-level executor started while the memory guard is
- * engaged: its plan nodes check its growth every GM_EXEC_CHECK_CALLS calls
- * (gm_guard_executor_check).  A node that sets its own function later
- * (ExecSetExecProcNode) is unwrapped then.  Flag tests otherwise.
+ * A client's top-level executor starts while the memory guard acts on a
+ * limit: the inputs of its plan nodes that keep what they read check its
+ * growth every GM_EXEC_CHECK_CALLS calls (gm_guard_executor_check, which
+ * does something only while the guard is engaged: a statement of a burst
+ * that began calm is checked once it engages).  A node that sets its own
+ * function later (ExecSetExecProcNode) is unwrapped then.  Flag tests
+ * otherwise.
  */
 static void
 exec_wrap(QueryDesc *queryDesc, int eflags)
 {
 	if (ActivePortal == NULL || (eflags & EXEC_FLAG_EXPLAIN_ONLY) ||
-		queryDesc->planstate == NULL || !gm_guard_may_wait() || !gm_shmem_guard_engaged())
+		queryDesc->planstate == NULL || !gm_guard_may_wait())
 		return;
 	if (exec_first == NULL)
 	{
