@@ -550,12 +550,13 @@ mapped_end(QueryDesc *queryDesc, int64 exec_bytes)
 }
 
 /*
- * Every GM_EXEC_CHECK_CALLS calls of the wrapped plan nodes: the guard's
+ * Every GM_EXEC_CHECK_CALLS calls of the wrapped inputs: the guard's
  * check of the running statement, only from its own top-level run (not a
  * FETCH of its portal inside another statement, not another portal's
- * nodes); what it takes there ends with its executor.
+ * nodes); what it takes there ends with its executor.  Out of line: the
+ * wrappers stay small.
  */
-static void
+static pg_noinline void
 exec_check(PlanState *node)
 {
 	exec_calls = 0;
@@ -564,39 +565,47 @@ exec_check(PlanState *node)
 		reserved_desc = exec_desc;
 }
 
+/* A wrapped input's call, with the count. */
+static TupleTableSlot *
+exec_node_plain(PlanState *node)
+{
+	if (unlikely(++exec_calls >= GM_EXEC_CHECK_CALLS))
+		exec_check(node);
+	return node->ExecProcNodeReal(node);
+}
+
 /*
- * A wrapped plan node's call (as ExecProcNodeInstr does, with the count;
- * the check's pause counts in the calling node's time).
+ * A wrapped input's call with instrumentation (as ExecProcNodeInstr; a
+ * check's pause counts in the time of the node that reads it).
  */
 static TupleTableSlot *
-exec_node_run(PlanState *node)
+exec_node_instr(PlanState *node)
 {
 	TupleTableSlot *slot;
 
-	if (++exec_calls >= GM_EXEC_CHECK_CALLS)
+	if (unlikely(++exec_calls >= GM_EXEC_CHECK_CALLS))
 		exec_check(node);
-	if (node->instrument == NULL)
-		return node->ExecProcNodeReal(node);
 	InstrStartNode(node->instrument);
 	slot = node->ExecProcNodeReal(node);
 	InstrStopNode(node->instrument, TupIsNull(slot) ? 0.0 : 1.0);
 	return slot;
 }
 
-/* A wrapped plan node's first call: its stack check, as ExecProcNodeFirst's. */
+/* A wrapped input's first call: its stack check and its wrapper, as ExecProcNodeFirst's. */
 static TupleTableSlot *
 exec_node_first(PlanState *node)
 {
 	check_stack_depth();
-	node->ExecProcNode = exec_node_run;
-	return exec_node_run(node);
+	node->ExecProcNode = node->instrument ? exec_node_instr : exec_node_plain;
+	return node->ExecProcNode(node);
 }
 
 /*
  * The plan nodes that keep what they read in memory (a sort, a hash table,
  * an aggregate's states, a window's partition, a tuplestore, a cache):
  * the calls of their inputs are where a statement grows, and where it is
- * checked.
+ * checked.  Also read into memory, outside these: a CTE's rows (its CTE
+ * scans' tuplestore) and a hashed subplan's (its hash table).
  */
 static const NodeTag exec_keepers[] = {
 	T_SortState, T_IncrementalSortState, T_HashState, T_AggState,
@@ -616,12 +625,15 @@ exec_wrap_input(PlanState *input)
 
 /*
  * planstate_tree_walker: wrap the inputs of the nodes that keep what they
- * read (exec_keepers); another module's wrapper stays, unchecked.  A plan
- * without such nodes (an index lookup) gets none.
+ * read (exec_keepers), a CTE scan's CTE and a hashed subplan; another
+ * module's wrapper stays, unchecked.  A plan without such nodes (an index
+ * lookup) gets none.
  */
 static bool
 exec_wrap_walker(PlanState *node, void *context)
 {
+	ListCell   *lc;
+
 	for (int i = 0; i < (int) lengthof(exec_keepers); i++)
 		if (nodeTag(node) == exec_keepers[i])
 		{
@@ -629,6 +641,15 @@ exec_wrap_walker(PlanState *node, void *context)
 			exec_wrap_input(innerPlanState(node));
 			break;
 		}
+	if (IsA(node, CteScanState))
+		exec_wrap_input(((CteScanState *) node)->cteplanstate);
+	foreach(lc, node->subPlan)
+	{
+		SubPlanState *sps = (SubPlanState *) lfirst(lc);
+
+		if (sps->subplan->useHashTable)
+			exec_wrap_input(sps->planstate);
+	}
 	return planstate_tree_walker(node, exec_wrap_walker, context);
 }
 
@@ -653,7 +674,7 @@ exec_wrap(QueryDesc *queryDesc, int eflags)
 		PlanState	probe;
 
 		memset(&probe, 0, sizeof(probe));
-		ExecSetExecProcNode(&probe, exec_node_run);
+		ExecSetExecProcNode(&probe, exec_node_plain);
 		exec_first = probe.ExecProcNode;
 	}
 	exec_desc = queryDesc;

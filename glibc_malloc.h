@@ -599,7 +599,7 @@ extern bool gm_guard_may_wait(void);
 /* A statement whose need is smaller does not wait (the reserve covers it). */
 #define GM_WAIT_MIN_NEED		((int64) 1024 * 1024)
 extern int64 gm_guard_wait_for_memory(int64 exec_peak, int64 mapped_peak, bool may_wait);
-/* The running statement's check: every this many calls of its plan nodes (a clock read). */
+/* The running statement's check: every this many calls of its plan's wrapped inputs. */
 #define GM_EXEC_CHECK_CALLS		1024
 
 /* The running statement's check's state (gm_guard_executor_check), set to GM_EXEC_CHECK_INIT as its executor starts. */

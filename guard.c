@@ -616,9 +616,9 @@ gm_guard_take_start_share(void)
 }
 
 /*
- * The running top-level statement's check, every GM_EXEC_CHECK_CALLS of
- * its plan nodes' calls while the guard was engaged as its executor
- * started (check: its state): at most every GM_EXEC_READ_USEC, where its
+ * The running top-level statement's check, every GM_EXEC_CHECK_CALLS
+ * calls of the wrapped inputs of its plan (check: its state); acts only
+ * while the guard is engaged: at most every GM_EXEC_READ_USEC, where its
  * data pages (gm_proc_statm_data_bytes: VmData and the stack, more than
  * RLIMIT_DATA counts, so it errs early) come within GM_EXEC_GROW_MARGIN of
  * the guard's (or its grant's) limit, or within half of what it grew since
