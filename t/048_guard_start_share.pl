@@ -22,7 +22,7 @@
 #    pausing until the monitor's look covers it (their DEBUG2 lines show
 #    it): all complete (without it, 0 of 5: a look every 50 ms is too
 #    late for a sort that maps a few MB between two);
-#  - a sort that began while the guard was calm (it sleeps at its first
+#  - a sort that began while the guard was calm (it waits at its first
 #    row while the usage goes into the engaged band) is checked as it
 #    runs once the guard engages: it takes more and completes;
 #  - with the other sessions idle none holds a share (a new statement's
@@ -69,16 +69,20 @@ ok(wait_for(sub { $node->safe_psql('postgres',
 		"SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'") == $sleepers }, 30),
 	"$sleepers sessions sleep inside a statement");
 
-# A sort that begins while the guard is calm (no start share): it sleeps
-# at its first row while the usage goes into the engaged band, then reads
-# the rest and sorts about 100 MB with the guard engaged.
+# A sort that begins while the guard is calm (no start share): it waits
+# at its first row (for an advisory lock another session holds) while the
+# usage goes into the engaged band, then reads the rest and sorts about
+# 100 MB with the guard engaged.
 is(guard()->[0], 'f', 'the guard is calm');
+my $gate = $node->background_psql('postgres');
+$gate->query_safe('SELECT pg_advisory_lock(4242)');
 my $calm = GlibcMallocTest::start_query($node,
-	'SELECT count(*) FROM (SELECT m FROM sortme WHERE g <> 1 OR (SELECT true FROM pg_sleep(12)) ORDER BY m) s',
-	"SET work_mem = '1GB'", 'SET max_parallel_workers_per_gather = 0', 'SET client_min_messages = debug2');
-ok(wait_for(sub { $node->safe_psql('postgres',
-		"SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'") == $sleepers + 1 }, 30),
-	'a sort began while the guard was calm');
+	'SELECT count(*) FROM (SELECT m FROM sortme WHERE g <> 1 OR (SELECT true FROM pg_advisory_lock_shared(4242)) ORDER BY m) s',
+	"SET work_mem = '1GB'", 'SET max_parallel_workers_per_gather = 0', 'SET synchronize_seqscans = off',
+	'SET client_min_messages = debug2');
+my $at_first_row = "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'advisory' AND query LIKE 'SELECT count(*) FROM (SELECT m FROM sortme%'";
+ok(wait_for(sub { $node->safe_psql('postgres', $at_first_row) == 1 }, 30),
+	'a sort began while the guard was calm (it waits at its first row)');
 
 # The usage into the engaged band, about 150 MB below the target.
 for my $try (1 .. 20)
@@ -91,8 +95,10 @@ for my $try (1 .. 20)
 }
 ok(wait_for(sub { guard()->[0] eq 't' }, 10), 'the guard is engaged');
 diag sprintf('headroom %.0f MB', headroom() / $MB);
-ok($calm->{h}->pumpable, 'the sort that began calm still sleeps at its first row as the guard engages');
+is($node->safe_psql('postgres', $at_first_row), '1', 'the sort that began calm still waits at its first row as the guard engages');
+$gate->query_safe('SELECT pg_advisory_unlock(4242)');
 $calm = GlibcMallocTest::finish_query($calm);
+$gate->quit;
 my $calm_took = () = $calm->{err} =~ /glibc_malloc executor share: [1-9]/g;
 diag sprintf('the sort that began calm: %s in %.1f s, took more %d times as it ran%s', $calm->{out} =~ /^800000$/m ? 'completed' : 'failed',
 	$calm->{secs}, $calm_took, $calm->{err} =~ /(ERROR: .*)/ ? ": $1" : '');
