@@ -558,6 +558,29 @@ admit_prepare(void)
 }
 
 /*
+ * Under the admission's lock: what the admission has left is *room (the
+ * room at the monitor's last look, -1 = unknown) less what this returns,
+ * what is taken (what the admitted statements still expect, and the
+ * waiters' needs first: a hopeless one holds up nobody); *held: how many
+ * hold a reservation, a grant or a share.
+ */
+static int64
+admission_taken(int64 now, int64 *room, int *held)
+{
+	int64		outstanding;
+	int64		ceiling;
+	int64		taken;
+	int			n;
+
+	n = gm_shmem_wait_collect(admit_buf, admit_max, now, &outstanding, room, &ceiling, held);
+	taken = outstanding;
+	for (int i = 0; i < n; i++)
+		if (ceiling < 0 || admit_buf[i].need <= ceiling)
+			taken += Max(admit_buf[i].need, 0);
+	return taken;
+}
+
+/*
  * Before a top-level statement whose need is unknown (no record), once
  * gm_guard_may_wait said yes, while the guard is engaged: take a start
  * share of what the admission has left (gm_guard_start_share), held as a
@@ -574,13 +597,10 @@ gm_guard_take_start_share(void)
 	int64		vm;
 	int64		rss;
 	int64		now;
-	int64		outstanding;
 	int64		room;
-	int64		ceiling;
 	int64		taken;
 	int64		share;
 	int			held;
-	int			n;
 	uint32		looks0;
 
 	gm_guard_wait_end();
@@ -592,12 +612,7 @@ gm_guard_take_start_share(void)
 	rss = gm_proc_status_bytes(0, "RssAnon:");
 	now = gm_monotonic_usec();
 	gm_shmem_wait_lock();
-	n = gm_shmem_wait_collect(admit_buf, admit_max, now, &outstanding, &room, &ceiling, &held);
-	/* The waiters' needs come first (a hopeless one holds up nobody). */
-	taken = outstanding;
-	for (int i = 0; i < n; i++)
-		if (ceiling < 0 || admit_buf[i].need <= ceiling)
-			taken += Max(admit_buf[i].need, 0);
+	taken = admission_taken(now, &room, &held);
 	share = gm_guard_start_share(room, taken, held);
 	if (share > 0)
 	{
@@ -642,13 +657,10 @@ gm_guard_executor_check(GmExecCheck *check)
 	int64		margin;
 	int64		rss;
 	int64		now;
-	int64		outstanding;
 	int64		room;
-	int64		ceiling;
 	int64		taken;
 	int64		share;
 	int			held;
-	int			n;
 	uint32		looks0;
 
 	if (!gm_shmem_guard_engaged() || (looks0 = gm_shmem_wait_looks()) == check->tried_looks)
@@ -672,11 +684,7 @@ gm_guard_executor_check(GmExecCheck *check)
 	admit_prepare();
 	rss = gm_proc_status_bytes(0, "RssAnon:");
 	gm_shmem_wait_lock();
-	n = gm_shmem_wait_collect(admit_buf, admit_max, now, &outstanding, &room, &ceiling, &held);
-	taken = outstanding;
-	for (int i = 0; i < n; i++)
-		if (ceiling < 0 || admit_buf[i].need <= ceiling)
-			taken += Max(admit_buf[i].need, 0);
+	taken = admission_taken(now, &room, &held);
 	share = gm_guard_grow_share(room, taken, held - (gm_shmem_wait_admitted() ? 1 : 0),
 								vm - check->start_vm);
 	if (share > 0)
