@@ -703,7 +703,7 @@ gm_guard_executor_check(GmExecCheck *check)
 		else if (!gm_shmem_wait_holds())
 			start_share_held = true;
 		wait_entered = true;
-		(void) gm_shmem_wait_grow(share, vm, rss, now);
+		gm_shmem_wait_grow(share, vm, rss, now);
 	}
 	gm_shmem_wait_unlock();
 	elog(DEBUG2, "glibc_malloc executor share: " INT64_FORMAT " at " INT64_FORMAT " of limit " INT64_FORMAT " room " INT64_FORMAT " taken " INT64_FORMAT " held %d",

@@ -632,18 +632,13 @@ gm_guard_grant_limit(int64 base, int64 grant)
 int64
 gm_guard_start_share(int64 room, int64 taken, int held)
 {
-	int64		share;
-
-	if (room < 0 || room - Max(taken, 0) <= 0)
-		return 0;
-	share = Min(GM_GUARD_START_SHARE, (room - Max(taken, 0)) / (Max(held, 0) + 1));
-	share -= share % GM_GUARD_GRAIN;
-	return share >= GM_WAIT_MIN_NEED ? share : 0;
+	/* (a grow share of a statement that has grown nothing yet) */
+	return gm_guard_grow_share(room, taken, held, 0);
 }
 
 /*
  * A share for a statement that nears its limit while it runs, the guard
- * engaged (gm_guard_executor_check): as a start share, an equal part of
+ * engaged (gm_guard_executor_check), and (grown 0) a start share: an equal part of
  * what the admission has left between it and the others holding a
  * reservation or a share, but at most what it has grown since its start
  * (grown) or GM_GUARD_START_SHARE, whichever is more, so that a statement

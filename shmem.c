@@ -1258,6 +1258,14 @@ gm_shmem_wait_enqueue(int64 need, int64 patience_ms, int64 now)
 	w->start = false;
 }
 
+/* A slot's base: the VmData its reservation counts from, and its gap from VmData less RssAnon. */
+static void
+wait_set_base(GmWaitSlot *w, int64 vm, int64 rss)
+{
+	w->base_vmdata = vm;
+	w->base_gap = vm >= 0 && rss >= 0 ? Max(vm - rss, 0) : 0;
+}
+
 /*
  * Under the lock: this process's statement holds a start share of share
  * bytes (gm_guard_start_share), admitted at once as a reservation counted
@@ -1279,8 +1287,7 @@ gm_shmem_wait_hold_share(int64 share, int64 vm, int64 rss, int64 now)
 	w->need = share;
 	w->since = now;
 	w->patience_ms = 0;
-	w->base_vmdata = vm;
-	w->base_gap = vm >= 0 && rss >= 0 ? Max(vm - rss, 0) : 0;
+	wait_set_base(w, vm, rss);
 	w->look_vmdata = -1;
 	w->look_gap = 0;
 	w->hopeless = false;
@@ -1298,9 +1305,9 @@ gm_shmem_wait_hold_share(int64 share, int64 vm, int64 rss, int64 now)
  * (RETURNED: the admission counted only what it mapped) is taken again
  * for what it grew plus extra, not its old need; without one, it holds
  * extra as a start share does (gm_shmem_wait_hold_share).  vm may count
- * the stack too (an estimate from above).  Returns the need now.
+ * the stack too (an estimate from above).
  */
-int64
+void
 gm_shmem_wait_grow(int64 extra, int64 vm, int64 rss, int64 now)
 {
 	GmWaitSlot *w = &my_slot->wait;
@@ -1309,13 +1316,10 @@ gm_shmem_wait_grow(int64 extra, int64 vm, int64 rss, int64 now)
 	if ((st != GM_WAIT_ADMITTED && st != GM_WAIT_RETURNED) || w->pid != MyProcPid)
 	{
 		gm_shmem_wait_hold_share(extra, vm, rss, now);
-		return extra;
+		return;
 	}
 	if (w->base_vmdata < 0)
-	{
-		w->base_vmdata = vm;
-		w->base_gap = vm >= 0 && rss >= 0 ? Max(vm - rss, 0) : 0;
-	}
+		wait_set_base(w, vm, rss);
 	if (st == GM_WAIT_RETURNED)
 	{
 		w->need = Max(vm - w->base_vmdata, 0) + extra;
@@ -1325,7 +1329,6 @@ gm_shmem_wait_grow(int64 extra, int64 vm, int64 rss, int64 now)
 	else
 		w->need = Max(w->need, vm - w->base_vmdata) + extra;
 	w->grew_at = now;
-	return w->need;
 }
 
 /*
@@ -1679,10 +1682,7 @@ gm_shmem_wait_set_base(int64 vm, int64 rss)
 {
 	if (wait_state(&my_slot->wait) == GM_WAIT_ADMITTED && my_slot->wait.pid == MyProcPid &&
 		my_slot->wait.base_vmdata < 0)
-	{
-		my_slot->wait.base_vmdata = vm;
-		my_slot->wait.base_gap = vm >= 0 && rss >= 0 ? Max(vm - rss, 0) : 0;
-	}
+		wait_set_base(&my_slot->wait, vm, rss);
 }
 
 /*
