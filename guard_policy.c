@@ -79,8 +79,12 @@
  * beyond it (the shift,
  * gm_guard_reserve_shift, at most GM_GUARD_ENGAGE % of the limit) is
  * counted as usage, so that the guard engages that much earlier and its
- * budget is that much smaller.  A limit is thus
- * never at a process's VmData.
+ * budget is that much smaller.  A working process gets back what it mapped
+ * of its reserve from the budget, as its growth (its limit is never raised
+ * past the one in force when the budget has nothing); renewed from the
+ * margin at every look, the reserves of many processes that each grow
+ * less than theirs a look would pass the target and the limit together.
+ * An idle process's limit is thus never at its VmData.
  *
  * A raise smaller than GM_GUARD_SLACK is not worth a prlimit while the
  * limit in force leaves at least that much room (a lowering always is).
@@ -448,6 +452,25 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 	qsort(procs, n, sizeof(GmGuardProc), cmp_since_asc);
 	nidle = n - nworking;
 
+	/*
+	 * A working process's reserve is what is left of it under the limit in
+	 * force (below, it gets back what it mapped of it from the budget, as
+	 * its growth).  Renewed from the margin at every look, reserves let
+	 * processes that each grow less than theirs a look (24 workers of
+	 * parallel hash joins on 2 CPUs) pass the target and the limit
+	 * together, with no budget left.  Not working, it keeps all of it (it
+	 * maps only at its idle point, where an ERROR becomes FATAL); limited
+	 * for the first time, the margin holds it.
+	 */
+	for (int i = 0; i < n; i++)
+	{
+		GmGuardProc *p = &procs[i];
+
+		p->reserve = reserve;
+		if (p->working && p->cur_limit != GM_NO_LIMIT)
+			p->reserve = Min(reserve, Max(p->cur_limit - p->vmdata, 0));
+	}
+
 	/* Admitted statements first: what they reserved and have not mapped. */
 	for (int i = 0; i < n; i++)
 	{
@@ -486,7 +509,10 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 			budget -= more;
 		}
 	}
-	/* Working processes, the earliest first: twice their growth claim ... */
+	/*
+	 * Working processes, the earliest first: what they mapped of their
+	 * reserve, and twice their growth claim ...
+	 */
 	for (int i = 0; i < n; i++)
 	{
 		GmGuardProc *p = &procs[i];
@@ -494,6 +520,9 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 
 		if (!p->working)
 			continue;
+		more = Min(reserve - p->reserve, budget);
+		p->reserve += more;
+		budget -= more;
 		more = Min(2 * growth_claim(p), budget);
 
 		p->allow += more;
@@ -541,8 +570,7 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 		GmGuardProc *p = &procs[i];
 
 		p->message = p->working ? 0 : Max(message - p->allow, 0);
-		p->reserve = reserve;
-		p->limit = p->vmdata + p->allow + p->message + reserve;
+		p->limit = p->vmdata + p->allow + p->message + p->reserve;
 		if (p->cur_limit == GM_NO_LIMIT || p->limit < p->cur_limit)
 		{
 			p->set = true;

@@ -171,6 +171,88 @@ burst_sim(bool pooled, bool old)
 		ok(!old_starved, joined(name, ": the older statement's next step always fits"));
 }
 
+/*
+ * A creeping burst, look after look: 24 processes (8 parallel hash joins of
+ * 3 processes each, on 2 CPUs) grow 0.6 MB a look each, less than their
+ * reserve, from 880 MB used by others in 1200 MB; the limits the monitor
+ * sets stay in force until it sets others.  One whose next step passes its
+ * limit gets the ERROR and frees what it holds; one that reaches 60 MB
+ * completes and frees it.  The usage never passes the target by more than
+ * the reserves (the kernel's limit is 64 MB above the target), and some
+ * complete.
+ */
+static void
+creep_sim(void)
+{
+	GmGuardInput in;
+	GmGuardDecision d;
+	GmGuardProc pr[24];
+	int64		vm[24];
+	int64		cur[24];
+	bool		active[24];
+	int64		peak = 0;
+	int64		bound = 0;
+	int			completed = 0;
+	int			failed = 0;
+	GmGuardLevels lv;
+
+	gm_guard_levels(1200 * MB, &lv);
+	for (int i = 0; i < 24; i++)
+	{
+		vm[i] = 3 * MB;
+		cur[i] = GM_NO_LIMIT;
+		active[i] = true;
+	}
+	for (int look = 0; look < 2000 && completed + failed < 24; look++)
+	{
+		int64		used = 880 * MB;
+
+		for (int i = 0; i < 24; i++)
+			used += vm[i];
+		memset(&in, 0, sizeof(in));
+		in.limit = 1200 * MB;
+		in.usage = used;
+		in.engaged = true;
+		for (int i = 0; i < 24; i++)
+		{
+			pr[i] = proc(i + 1, vm[i], active[i] ? 6 * MB / 10 : 0, !active[i], look == 0);
+			pr[i].in_statement = active[i];
+			pr[i].since = i / 3 + 1;
+			pr[i].since_vmdata = 3 * MB;
+			pr[i].cur_limit = cur[i];
+		}
+		gm_guard_policy(&in, pr, 24, &d);
+		peak = Max(peak, used);
+		bound = Max(bound, lv.target + 24 * d.reserve);
+		for (int i = 0; i < 24; i++)
+		{
+			GmGuardProc *p = find(pr, 24, i + 1);
+			int64		step = 6 * MB / 10;
+
+			if (p->set)
+				cur[i] = p->limit;
+			if (!active[i])
+				continue;
+			if (vm[i] + step > cur[i])
+			{
+				active[i] = false;	/* out of memory: it frees all */
+				vm[i] = 3 * MB;
+				failed++;
+			}
+			else if ((vm[i] += step) >= 60 * MB)
+			{
+				active[i] = false;
+				vm[i] = 3 * MB;
+				completed++;
+			}
+		}
+	}
+	ok(peak <= bound && peak < 1200 * MB,
+	   "24 processes creeping 0.6 MB a look each (less than a reserve): the usage passes the target by at most the reserves, never the limit");
+	ok(completed >= 1, "24 creeping processes: some complete");
+	ok(completed + failed == 24, "24 creeping processes: each completes or fails, none creeps on forever");
+}
+
 int
 main(void)
 {
@@ -742,8 +824,9 @@ main(void)
 
 	/*
 	 * Invariants over 2000 pseudo-random snapshots (a fixed seed): the
-	 * grants fit the budget, the reserves half of the margin, no limit is
-	 * at or below VmData, and every working process is one that started or
+	 * grants and what working processes get back of their reserves fit the
+	 * budget, the reserves half of the margin, no idle process's limit is at
+	 * or below VmData, and every working process is one that started or
 	 * runs.
 	 */
 	{
@@ -751,6 +834,7 @@ main(void)
 					bad_reserve = 0,
 					bad_limit = 0,
 					bad_working = 0;
+		int64		kept[200];
 
 		for (int round = 0; round < 2000; round++)
 		{
@@ -771,6 +855,10 @@ main(void)
 				procs[i] = proc(i + 1, vm, growth, waits, started);
 				procs[i].in_statement = waits && rnd() % 5 == 0;
 				procs[i].rss = vm - (int64) (rnd() % 5) * MB;
+				/* A limit in force, for some: up to 8 MB above VmData, or below it. */
+				if (rnd() % 2 == 0)
+					procs[i].cur_limit = vm + (int64) (rnd() % 40) * MB / 4 - 2 * MB;
+				kept[i] = procs[i].cur_limit;
 			}
 			gm_guard_policy(&in, procs, np, &d);
 			if (!d.engaged)
@@ -781,9 +869,17 @@ main(void)
 				GmGuardProc *p = &procs[i];
 				bool		works = p->started || p->in_statement || !p->waits_for_client;
 
+				int64		cur = kept[p->pid - 1];
+				int64		left = cur == GM_NO_LIMIT ? d.reserve : Min(d.reserve, Max(cur - p->vmdata, 0));
+
 				sum += p->allow;
-				if (p->limit <= p->vmdata || p->limit != p->vmdata + p->allow + p->message + d.reserve ||
-					p->message < 0 || (p->working && p->message != 0))
+				/* What a working one mapped of its reserve comes back from the budget. */
+				if (p->working)
+					sum += p->reserve - left;
+				if (p->limit != p->vmdata + p->allow + p->message + p->reserve ||
+					p->message < 0 || (p->working && p->message != 0) ||
+					p->reserve > d.reserve || p->reserve < (p->working ? left : d.reserve) ||
+					(!p->working && p->limit <= p->vmdata))
 					bad_limit++;
 				if (p->working != works)
 					bad_working++;
@@ -796,9 +892,9 @@ main(void)
 				 !(d.reserve == MB && d.shift == Min(Max((int64) np * MB - lv.margin, 0), in.limit / 100 * 20 + in.limit % 100 * 20 / 100))))
 				bad_reserve++;
 		}
-		ok(bad_budget == 0, "2000 random snapshots: the grants never exceed the budget");
+		ok(bad_budget == 0, "2000 random snapshots: the grants and the reserves' refills never exceed the budget");
 		ok(bad_reserve == 0, "the reserves take at most half of the margin, or sit at their 1 MB floor with what passes the margin counted as usage");
-		ok(bad_limit == 0, "every limit is VmData plus the grant, the message room (idle only) and the reserve, above VmData");
+		ok(bad_limit == 0, "every limit is VmData plus the grant, the message room (idle only) and the reserve (a working one's: what is left of it under its limit in force, and its refill), an idle one's above VmData");
 		ok(bad_working == 0, "working: started or running");
 	}
 
@@ -851,6 +947,7 @@ main(void)
 	burst_sim(false, false);
 	burst_sim(true, false);
 	burst_sim(true, true);
+	creep_sim();
 
 	/* When a reservation goes back to the budget. */
 	{

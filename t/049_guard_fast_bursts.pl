@@ -1,0 +1,134 @@
+# The fastest bursts this suite makes, started at once in a real cgroup v1
+# of 1200 MB from an idle server, nothing recorded (track_statements =
+# none: no admission, the monitor's looks, start shares and the executor's
+# checks alone), memory_wait = 0:
+#
+#  1. 16 connections, each a hash aggregate of 1.5 million md5 strings
+#     (work_mem = 256MB, hash_mem_multiplier = 8: the hash table stays in
+#     memory, about 250 MB mapped each);
+#  2. 8 connections, each a parallel hash join of a table of 1.5 million
+#     md5 strings with itself, 2 workers, enable_parallel_hash = off:
+#     each of its 3 processes builds its own copy of the hash table in
+#     private memory (a parallel-aware hash join's table is shared
+#     memory, outside RLIMIT_DATA and the guard).
+#
+# The kernel must kill nothing, no session may be lost, and a statement
+# completes in every burst.  2 bursts of each (GM_TEST_LONG=1:
+# GM_TEST_LONG_BURSTS, default 20).  The measurements are printed (diag),
+# passing or not.
+#
+# Needs a cgroup v1 memory directory writable by the test's user, named by
+# GM_TEST_CGROUP_V1.
+use strict;
+use warnings;
+use FindBin;
+use lib $FindBin::RealBin;
+use GlibcMallocTest;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use Time::HiRes qw(sleep time);
+
+my $cg = test_cgroup_v1();
+
+my $MB = 2**20;
+my $limit = 1200 * $MB;
+my $bursts = $ENV{GM_TEST_LONG} ? $ENV{GM_TEST_LONG_BURSTS} || 20 : 2;
+my $rows = 1_500_000;
+
+my $node = new_node('fastbursts', "shared_buffers = 16MB\nmax_connections = 50\n"
+	  . "max_worker_processes = 24\nmax_parallel_workers = 24\n"
+	  . "glibc_malloc.track_statements = none\n", no_start => 1);
+$node->start;
+enter_cgroup_v1($node, $cg, $limit);
+$node->safe_psql('postgres', 'CREATE EXTENSION glibc_malloc');
+$node->safe_psql('postgres', "CREATE TABLE keys AS SELECT md5(i::text) k FROM generate_series(1, $rows) i; VACUUM ANALYZE keys");
+ok(wait_for(sub { (guard_counts($node)->[2] || 0) > 0 }, 10), "the monitor read the cgroup's limit");
+
+sub cg_read { my $v = slurp_file("$cg/$_[0]"); chomp $v; return $v }
+
+my @serial = ("SET work_mem = '256MB'", "SET hash_mem_multiplier = 8", "SET enable_sort = off",
+	"SET max_parallel_workers_per_gather = 0");
+my @parallel = ("SET work_mem = '256MB'", "SET hash_mem_multiplier = 8", "SET enable_sort = off",
+	"SET max_parallel_workers_per_gather = 2", "SET parallel_setup_cost = 0", "SET parallel_tuple_cost = 0",
+	"SET min_parallel_table_scan_size = 0", "SET parallel_leader_participation = on",
+	"SET enable_parallel_hash = off", "SET enable_mergejoin = off", "SET enable_nestloop = off");
+my $agg_series = "SELECT count(*) FROM (SELECT md5(i::text) FROM generate_series(1, $rows) i GROUP BY 1) s";
+my $join = "SELECT count(*) FROM keys a JOIN keys b USING (k)";
+
+# The plans are what the test means: a hash aggregate, and a hash join
+# whose workers each build their own hash table.
+like(join("\n", map { $node->safe_psql('postgres', join(";\n", @serial, "EXPLAIN $agg_series")) } 1),
+	qr/HashAggregate/, 'the serial burst runs a hash aggregate');
+my $pplan = $node->safe_psql('postgres', join(";\n", @parallel, "EXPLAIN $join"));
+ok($pplan =~ /Workers Planned: 2.*Hash Join/s && $pplan !~ /Parallel Hash/,
+	'the parallel burst runs a hash join in 2 workers, each with its own hash table') or diag $pplan;
+
+# One alone: what it adds to the cgroup's usage.
+for my $k ([ 'serial aggregate', $agg_series, \@serial ], [ 'parallel join', $join, \@parallel ])
+{
+	write_file("$cg/memory.max_usage_in_bytes", '0');
+	my $u0 = cg_read('memory.usage_in_bytes');
+	my $t0 = time;
+	$node->safe_psql('postgres', join(";\n", @{ $k->[2] }, $k->[1]), timeout => 600);
+	diag sprintf('one %s alone: %.0f MB of the cgroup\'s usage in %.1f s',
+		$k->[0], (cg_read('memory.max_usage_in_bytes') - $u0) / $MB, time - $t0);
+}
+
+# One burst of $n connections running $sql from an idle server: completed,
+# out of memory, other, the cgroup's peak.
+sub burst
+{
+	my ($n, $sql, $settings) = @_;
+	my $g;
+	wait_for(sub { $g = guard_counts($node); $g->[0] eq 'f' && $g->[1] < $limit / 4 }, 60);
+	write_file("$cg/memory.max_usage_in_bytes", '0');
+	my @runs = map { GlibcMallocTest::start_query($node, $sql, @$settings, "SET glibc_malloc.memory_wait = 0") } 1 .. $n;
+	my ($c, $o, $x, @other) = (0, 0, 0);
+	for my $r (map { finish_query($_) } @runs)
+	{
+		if ($r->{out} =~ /^\d+$/m) { $c++ }
+		elsif ($r->{err} =~ /out of memory/) { $o++ }
+		else { $x++; push @other, $r->{err} }
+	}
+	diag "other: $_" for @other[0 .. (@other > 3 ? 2 : $#other)];
+	return ($c, $o, $x, cg_read('memory.max_usage_in_bytes'));
+}
+
+for my $config ([ '16 hash aggregates', 16, $agg_series, \@serial ],
+	[ '8 parallel hash joins (2 workers each)', 8, $join, \@parallel ])
+{
+	my ($name, $n, $sql, $settings) = @$config;
+	my $kills0 = cgroup_v1_oom_kills($cg);
+	my (@per, $oom, $other, $top, $restarts);
+	my $t0 = time;
+	for my $b (1 .. $bursts)
+	{
+		my ($c, $o, $x, $peak) = burst($n, $sql, $settings);
+		push @per, $c;
+		$oom += $o;
+		$other += $x;
+		$top = $peak if !defined $top || $peak > $top;
+		# A kill ends the postmaster too (restart_after_crash = off, as
+		# CloudNativePG runs it): started again.
+		if (!-f $node->data_dir . '/postmaster.pid')
+		{
+			$node->_update_pid(-1);
+			$node->start;
+			$restarts++;
+		}
+		elsif ($x > 0)
+		{
+			$node->poll_query_until('postgres', 'SELECT true');
+			$restarts++;
+		}
+	}
+	my $kills = cgroup_v1_oom_kills($cg) - $kills0;
+	diag sprintf('%s: %d bursts in %.0f s: completed per burst %s; %d out of memory, %d other (lost), %d OOM kills, %d restarts, the cgroup peaked at %.0f MB of %.0f MB',
+		$name, $bursts, time - $t0, "@per", $oom // 0, $other // 0, $kills, $restarts // 0, $top / $MB, $limit / $MB);
+	is($kills, 0, "$name: the kernel killed nothing in $bursts bursts");
+	is($other // 0, 0, "$name: no session lost");
+	is(scalar(grep { $_ < 1 } @per), 0, "$name: a statement completes in every burst");
+}
+
+$node->stop('fast');
+done_testing();
