@@ -346,6 +346,8 @@ extern int64 gm_shmem_set_guard_limit(int slotno, int pid, int64 limit);
 extern int64 gm_shmem_slot_own_limit(int slotno);
 extern bool gm_shmem_guard_statement_start(void);
 extern bool gm_shmem_guard_counts_idle(void);
+extern int64 gm_shmem_guard_first_limit(int64 vmdata);
+extern void gm_shmem_guard_drop_first_limit(int64 limit);
 extern bool gm_shmem_guard_engaged(void);
 extern uint32 gm_shmem_guard_starts(int slotno);
 extern void gm_shmem_guard_reads_client(bool on);

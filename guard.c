@@ -276,32 +276,93 @@ gm_guard_grant_run(bool on)
 	}
 }
 
-/* A parallel worker takes its slot at its first statement, for the guard. */
+/*
+ * Wait until the monitor's look counts this process as working (at most
+ * GM_GUARD_START_WAIT_MS), interrupts served.
+ */
+static void
+wait_counted_working(void)
+{
+	for (int i = 0; i < GM_GUARD_START_WAIT_MS && gm_shmem_guard_counts_idle(); i++)
+	{
+		CHECK_FOR_INTERRUPTS();
+		pg_usleep(1000L);
+	}
+}
+
+/*
+ * A statement starts while the memory guard is engaged in a process it has
+ * not limited yet (a parallel worker, a new session's first statements
+ * before the monitor's next look): a limit the monitor sets at that look
+ * cannot take back what the process mapped by then (a 600 MB value is
+ * mapped whole at once).  Limit it as an idle backend is, its VmData and
+ * the reserve, and wait for the look (at most GM_GUARD_START_WAIT_MS),
+ * which counts it as working and gives it its share.  Without that look
+ * (the guard let go, or the monitor did not answer) it takes its limit
+ * back and runs as before.  Returns whether it took one; otherwise a flag
+ * test.
+ */
+static bool
+first_limit(void)
+{
+	int64		limit;
+
+	if (!gm_shmem_guard_engaged() || !gm_guarded_process() ||
+		CritSectionCount != 0 || InterruptHoldoffCount != 0)
+		return false;
+	gm_shmem_claim();
+	if (gm_shmem_my_guard_limit() != GM_NO_LIMIT)
+		return false;
+	limit = gm_shmem_guard_first_limit(gm_proc_status_bytes(0, "VmData:"));
+	if (limit == GM_NO_LIMIT)
+		return false;
+	set_limits();
+	wait_counted_working();
+	if (gm_shmem_guard_counts_idle() || !gm_shmem_guard_engaged())
+	{
+		gm_shmem_guard_drop_first_limit(limit);
+		set_limits();
+	}
+	elog(DEBUG2, "glibc_malloc first limit: %lld until the monitor's look, now %lld",
+		 (long long) limit, (long long) gm_shmem_my_guard_limit());
+	return true;
+}
+
+/*
+ * A parallel worker takes its slot at its first statement, for the guard,
+ * and while the guard is engaged waits for the look that limits it.
+ */
 void
 gm_guard_statement_start(void)
 {
+	static bool worker_started = false;
+
 	if (IsParallelWorker())
+	{
 		gm_shmem_claim();
+		if (!worker_started)
+		{
+			worker_started = true;
+			(void) first_limit();
+		}
+	}
 	gm_guard_apply();
 }
 
 /*
  * A top-level statement starts.  While the memory guard limits this
  * process and counted it as idle (a limit of its VmData, its reserve and
- * what it grew), tell the monitor, and wait for its next look (at most
- * GM_GUARD_START_WAIT_MS), which counts it as working and raises its limit
- * to a working share before the executor allocates.  Otherwise a flag test.
+ * what it grew), or has not limited it yet (first_limit), tell the
+ * monitor, and wait for its next look (at most GM_GUARD_START_WAIT_MS),
+ * which counts it as working and raises its limit to a working share
+ * before the executor allocates.  Otherwise a flag test or two.
  */
 void
 gm_guard_top_statement_start(void)
 {
-	if (!gm_shmem_guard_statement_start())
+	if (first_limit() || !gm_shmem_guard_statement_start())
 		return;
-	for (int i = 0; i < GM_GUARD_START_WAIT_MS && gm_shmem_guard_counts_idle(); i++)
-	{
-		CHECK_FOR_INTERRUPTS();
-		pg_usleep(1000L);
-	}
+	wait_counted_working();
 }
 
 /* A top-level statement, or its transaction, ended: a flag in the slot. */

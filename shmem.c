@@ -1005,6 +1005,47 @@ gm_shmem_guard_counts_idle(void)
 		pg_atomic_read_u64(&my_slot->guard_limit) != GM_NO_LIMIT;
 }
 
+/*
+ * A parallel worker starts while the memory guard acts and is engaged,
+ * before the monitor limited it: limit it as an idle backend is (its
+ * VmData plus the reserve), unless the monitor set a limit meanwhile, count
+ * a start and wake the monitor.  Returns the limit taken, or GM_NO_LIMIT
+ * when it took none.
+ */
+int64
+gm_shmem_guard_first_limit(int64 vmdata)
+{
+	uint64		expected = (uint64) GM_NO_LIMIT;
+	int64		limit;
+	struct Latch *latch;
+
+	if (shared == NULL || my_slot == NULL || my_slot_pid != MyProcPid || vmdata < 0 ||
+		!gm_shmem_guard_acts() || !shared->monitor.guard_engaged)
+		return GM_NO_LIMIT;
+	pg_read_barrier();
+	limit = vmdata + Max(shared->monitor.guard_reserve, (int64) 1024 * 1024);
+	if (!pg_atomic_compare_exchange_u64(&my_slot->guard_limit, &expected, (uint64) limit))
+		return GM_NO_LIMIT;
+	pg_atomic_fetch_add_u32(&my_slot->guard_starts, 1);
+	latch = shared->monitor.guard_latch;
+	if (latch != NULL)
+		SetLatch(latch);
+	return limit;
+}
+
+/*
+ * Take back the limit gm_shmem_guard_first_limit took, if the monitor has
+ * not set one since (it lifts only the limits it set).
+ */
+void
+gm_shmem_guard_drop_first_limit(int64 limit)
+{
+	uint64		expected = (uint64) limit;
+
+	if (shared != NULL && my_slot != NULL && my_slot_pid == MyProcPid)
+		(void) pg_atomic_compare_exchange_u64(&my_slot->guard_limit, &expected, (uint64) GM_NO_LIMIT);
+}
+
 /* Whether the memory guard's last look left it engaged (a flag read). */
 bool
 gm_shmem_guard_engaged(void)

@@ -12,6 +12,9 @@
 #     private memory (a parallel-aware hash join's table is shared
 #     memory, outside RLIMIT_DATA and the guard).
 #
+# Then, with the guard engaged, a new session's first statement and a
+# parallel worker that each map 600 MB at once.
+#
 # The kernel must kill nothing, no session may be lost, and a statement
 # completes in every burst.  2 bursts of each (GM_TEST_LONG=1:
 # GM_TEST_LONG_BURSTS, default 20).  The measurements are printed (diag),
@@ -45,6 +48,21 @@ $node->safe_psql('postgres', "CREATE TABLE keys AS SELECT md5(i::text) k FROM ge
 ok(wait_for(sub { (guard_counts($node)->[2] || 0) > 0 }, 10), "the monitor read the cgroup's limit");
 
 sub cg_read { my $v = slurp_file("$cg/$_[0]"); chomp $v; return $v }
+
+# A kill ends the postmaster too (restart_after_crash = off, as
+# CloudNativePG runs it): started again, in the cgroup.  Returns whether.
+sub restart_if_down
+{
+	my $up;
+	# After a kill the postmaster shuts down: until it is gone, its pid
+	# file stays.
+	wait_for(sub { ($up = $node->psql('postgres', 'SELECT 1') == 0) || !-f $node->data_dir . '/postmaster.pid' }, 60);
+	return 0 if $up;
+	$node->_update_pid(-1);
+	$node->start;
+	enter_cgroup_v1($node, $cg, $limit);
+	return 1;
+}
 
 my @serial = ("SET work_mem = '256MB'", "SET hash_mem_multiplier = 8", "SET enable_sort = off",
 	"SET max_parallel_workers_per_gather = 0");
@@ -108,12 +126,8 @@ for my $config ([ '16 hash aggregates', 16, $agg_series, \@serial ],
 		$oom += $o;
 		$other += $x;
 		$top = $peak if !defined $top || $peak > $top;
-		# A kill ends the postmaster too (restart_after_crash = off, as
-		# CloudNativePG runs it): started again.
-		if (!-f $node->data_dir . '/postmaster.pid')
+		if (restart_if_down())
 		{
-			$node->_update_pid(-1);
-			$node->start;
 			$restarts++;
 		}
 		elsif ($x > 0)
@@ -128,6 +142,55 @@ for my $config ([ '16 hash aggregates', 16, $agg_series, \@serial ],
 	is($kills, 0, "$name: the kernel killed nothing in $bursts bursts");
 	is($other // 0, 0, "$name: no session lost");
 	is(scalar(grep { $_ < 1 } @per), 0, "$name: a statement completes in every burst");
+}
+
+# While the guard is engaged (a sidecar holds 900 MB of the 1200), a
+# process it has not limited yet maps 600 MB at once: a new session's
+# first statement (the planner folds the constant), and a parallel
+# worker.  A limit the monitor sets at its next look could not take back
+# what they mapped by then.  Limited from their start, they get "out of
+# memory"; the kernel kills nothing.
+$node->safe_psql('postgres', "CREATE TABLE one AS SELECT repeat('x', 32) k");
+my $filler;
+# A test that dies leaves no sidecar behind in the cgroup.
+END { $filler->kill_kill if $filler }
+{
+	$filler = start_filler($cg, 900 * $MB);
+	ok(wait_for(sub { guard_counts($node)->[0] eq 't' }, 30), 'a sidecar of 900 MB engages the guard');
+	my $force = $node->safe_psql('postgres', 'SHOW server_version_num') >= 160000
+	  ? 'debug_parallel_query' : 'force_parallel_mode';
+	my @worker = ("SET $force = on", "SET max_parallel_workers_per_gather = 2",
+		"SET parallel_leader_participation = off");
+	my $in_worker = "SELECT length(repeat(k, 20 * 1024 * 1024)) FROM one";
+	for my $case ([ "a new session's first statement", "SELECT length(repeat('x', 600 * 1024 * 1024))" ],
+		[ 'a parallel worker', join(";\n", @worker, $in_worker) ])
+	{
+		my ($name, $sql) = @$case;
+		my $kills0 = cgroup_v1_oom_kills($cg);
+		my ($oom, $other, $in_a_worker) = (0, 0, 0);
+		for my $i (1 .. 3)
+		{
+			wait_for(sub { guard_counts($node)->[0] eq 't' }, 30);
+			my ($rc, $out, $err) = $node->psql('postgres', $sql);
+			# A worker's error reaches the client with its context.
+			$in_a_worker++ if $err =~ /parallel worker/;
+			if ($err =~ /out of memory/) { $oom++ }
+			else { $other++; diag "$name, round $i: rc $rc, out $out, err $err" }
+			restart_if_down();
+			# The sidecar, if the kernel killed it.
+			if (cgroup_v1_oom_kills($cg) > $kills0)
+			{
+				$filler->kill_kill;
+				$filler = start_filler($cg, 900 * $MB);
+			}
+		}
+		my $kills = cgroup_v1_oom_kills($cg) - $kills0;
+		diag "$name mapping 600 MB at once, the guard engaged: $oom of 3 out of memory, $kills OOM kills";
+		is($kills, 0, "$name that maps 600 MB at once while the guard is engaged: the kernel killed nothing");
+		is($oom, 3, "$name: \"out of memory\", 3 times of 3");
+		is($in_a_worker, 3, 'the error is the worker\'s, 3 times of 3') if $name =~ /worker/;
+	}
+	$filler->kill_kill;
 }
 
 $node->stop('fast');
