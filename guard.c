@@ -29,7 +29,10 @@
  * The memory monitor (monitor.c, glibc_malloc.memory_guard) sets a second
  * limit from outside, with prlimit(2); the lower of the two, and of the
  * original, is in force.  Both sides publish theirs in the process's slot
- * (shmem.c) and set the lowest; the monitor checks it every tick.
+ * (shmem.c) and set the lowest; the monitor checks it every tick.  A
+ * process the monitor has not limited yet takes the guard's limit itself
+ * at its first statement while the guard is engaged (first_limit), until
+ * the monitor's look sets it.
  *
  * Which processes: gm_guarded_process() (settings.c).
  *
@@ -60,6 +63,7 @@
 #include <limits.h>
 
 #include "access/parallel.h"
+#include "access/xact.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
@@ -278,14 +282,18 @@ gm_guard_grant_run(bool on)
 
 /*
  * Wait until the monitor's look counts this process as working (at most
- * GM_GUARD_START_WAIT_MS), interrupts served.
+ * GM_GUARD_START_WAIT_MS by the monotonic clock), serving interrupts if
+ * asked to.
  */
 static void
-wait_counted_working(void)
+wait_counted_working(bool interrupts)
 {
-	for (int i = 0; i < GM_GUARD_START_WAIT_MS && gm_shmem_guard_counts_idle(); i++)
+	int64		deadline = gm_monotonic_usec() + (int64) GM_GUARD_START_WAIT_MS * 1000;
+
+	while (gm_shmem_guard_counts_idle() && gm_monotonic_usec() < deadline)
 	{
-		CHECK_FOR_INTERRUPTS();
+		if (interrupts)
+			CHECK_FOR_INTERRUPTS();
 		pg_usleep(1000L);
 	}
 }
@@ -305,10 +313,14 @@ wait_counted_working(void)
 static bool
 first_limit(void)
 {
+	static TimestampTz tried_at = 0;
 	int64		limit;
 
 	if (!gm_shmem_guard_engaged() || !gm_guarded_process() ||
 		CritSectionCount != 0 || InterruptHoldoffCount != 0)
+		return false;
+	/* Once a statement: a monitor that does not answer costs one wait. */
+	if (tried_at == GetCurrentStatementStartTimestamp())
 		return false;
 	gm_shmem_claim();
 	if (gm_shmem_my_guard_limit() != GM_NO_LIMIT)
@@ -316,15 +328,22 @@ first_limit(void)
 	limit = gm_shmem_guard_first_limit(gm_proc_status_bytes(0, "VmData:"));
 	if (limit == GM_NO_LIMIT)
 		return false;
+	tried_at = GetCurrentStatementStartTimestamp();
 	set_limits();
-	wait_counted_working();
+
+	/*
+	 * No interrupt is served meanwhile (at most GM_GUARD_START_WAIT_MS): an
+	 * ERROR would leave the limit, which the monitor does not know of and
+	 * would never lift.
+	 */
+	wait_counted_working(false);
 	if (gm_shmem_guard_counts_idle() || !gm_shmem_guard_engaged())
-	{
 		gm_shmem_guard_drop_first_limit(limit);
-		set_limits();
-	}
+	/* The limit in force is the slot's, whoever changed it meanwhile. */
+	set_limits();
 	elog(DEBUG2, "glibc_malloc first limit: %lld until the monitor's look, now %lld",
 		 (long long) limit, (long long) gm_shmem_my_guard_limit());
+	CHECK_FOR_INTERRUPTS();
 	return true;
 }
 
@@ -360,16 +379,30 @@ gm_guard_statement_start(void)
 void
 gm_guard_top_statement_start(void)
 {
-	if (first_limit() || !gm_shmem_guard_statement_start())
+	/* A parallel worker's is taken at its statement start. */
+	if ((!IsParallelWorker() && first_limit()) || !gm_shmem_guard_statement_start())
 		return;
-	wait_counted_working();
+	wait_counted_working(true);
 }
 
-/* A top-level statement, or its transaction, ended: a flag in the slot. */
+/*
+ * A top-level statement, or its transaction, ended: a flag in the slot.
+ * While the guard is engaged, a limit within the reserve's floor of what
+ * the process maps (a working statement used its reserve up, the budget
+ * empty) wakes the monitor, whose look counts the process idle and gives
+ * its reserve back before its idle point needs it.  Allocates nothing.
+ */
 void
 gm_guard_top_statement_end(void)
 {
+	int64		limit;
+	int64		vm;
+
 	gm_shmem_guard_reads_client(false);
+	if (!gm_shmem_guard_engaged() || (limit = gm_shmem_my_guard_limit()) == GM_NO_LIMIT)
+		return;
+	if ((vm = gm_proc_statm_data_bytes()) >= 0 && limit - vm < (int64) 1024 * 1024)
+		gm_shmem_guard_wake();
 }
 
 /*

@@ -570,7 +570,8 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 		GmGuardProc *p = &procs[i];
 
 		p->message = p->working ? 0 : Max(message - p->allow, 0);
-		p->limit = p->vmdata + p->allow + p->message + p->reserve;
+		/* Even: a process's own first limit is odd (shmem.c). */
+		p->limit = (p->vmdata + p->allow + p->message + p->reserve) & ~(int64) 1;
 		if (p->cur_limit == GM_NO_LIMIT || p->limit < p->cur_limit)
 		{
 			p->set = true;

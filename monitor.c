@@ -348,6 +348,9 @@ guard_set(int slot, int pid, int64 limit)
 	int64		want;
 	int64		own;
 
+	/* Even: a process's own first limit is odd (shmem.c). */
+	if (limit != GM_NO_LIMIT)
+		limit &= ~(int64) 1;
 	guarded[slot].pid = limit == GM_NO_LIMIT ? 0 : pid;
 	guarded[slot].limit = limit;
 	guarded[slot].applied = limit != GM_NO_LIMIT;
@@ -807,7 +810,8 @@ guard_apply(const GmLimits *l, GmGuardDecision *dp, int ncand, bool observe)
 					 * idle before goes on waiting for the next look, which
 					 * its start woke.
 					 */
-					gm_shmem_set_guard_working(c->slot, c->pid, !guarded[c->slot].counted_idle);
+					gm_shmem_set_guard_working(c->slot, c->pid,
+											   guarded[c->slot].pid == c->pid && !guarded[c->slot].counted_idle);
 					if (guarded[c->slot].limit != GM_NO_LIMIT)
 						limited++;
 					continue;

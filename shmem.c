@@ -133,7 +133,9 @@ typedef struct GmSlot
 	 * Soft RLIMIT_DATA values, bytes (GM_NO_LIMIT: none): the one the
 	 * process started with, its own glibc_malloc.max_backend_memory, and
 	 * the memory guard's.  The owner writes the first two, the monitor the
-	 * third; whoever changes one sets the lowest of the three.
+	 * third (always an even number), but for the owner's first limit
+	 * (gm_shmem_guard_first_limit, an odd one, taken only where there is
+	 * none); whoever changes one sets the lowest of the three.
 	 */
 	pg_atomic_uint64 orig_limit;
 	pg_atomic_uint64 own_limit;
@@ -946,10 +948,16 @@ int64
 gm_shmem_set_guard_limit(int slotno, int pid, int64 limit)
 {
 	GmSlot	   *slot = &shared->slots[slotno];
-	uint64		expected = (uint64) limit;
+	uint64		expected pg_attribute_aligned(8);
 	int64		orig;
 	int64		own;
 
+	/* Even: never a process's own first limit (an odd one). */
+	if (limit != GM_NO_LIMIT)
+		limit &= ~(int64) 1;
+	expected = (uint64) limit;
+	if (slot->snap.pid != pid)
+		return -1;
 	pg_atomic_write_u64(&slot->guard_limit, limit);
 	pg_atomic_fetch_add_u32(&slot->requests, 0);	/* a full barrier */
 	if (slot->snap.pid != pid)
@@ -1006,30 +1014,32 @@ gm_shmem_guard_counts_idle(void)
 }
 
 /*
- * A parallel worker starts while the memory guard acts and is engaged,
- * before the monitor limited it: limit it as an idle backend is (its
- * VmData plus the reserve), unless the monitor set a limit meanwhile, count
- * a start and wake the monitor.  Returns the limit taken, or GM_NO_LIMIT
- * when it took none.
+ * A statement starts while the memory guard acts and is engaged in a process
+ * it has not limited: limit it as an idle backend is (its VmData plus the
+ * reserve, 1 to 4 MB), unless the monitor set a limit meanwhile, count a
+ * start and wake the monitor.  The limit is odd: the monitor's are even, so
+ * that gm_shmem_guard_drop_first_limit never takes one of the monitor's.
+ * Returns the limit taken, or GM_NO_LIMIT when it took none.
  */
 int64
 gm_shmem_guard_first_limit(int64 vmdata)
 {
-	uint64		expected = (uint64) GM_NO_LIMIT;
+	uint64		expected pg_attribute_aligned(8) = (uint64) GM_NO_LIMIT;
 	int64		limit;
-	struct Latch *latch;
+	int64		reserve;
 
 	if (shared == NULL || my_slot == NULL || my_slot_pid != MyProcPid || vmdata < 0 ||
 		!gm_shmem_guard_acts() || !shared->monitor.guard_engaged)
 		return GM_NO_LIMIT;
 	pg_read_barrier();
-	limit = vmdata + Max(shared->monitor.guard_reserve, (int64) 1024 * 1024);
+	/* An int64 read unlocked (torn on 32-bit): kept within the reserve's range. */
+	reserve = shared->monitor.guard_reserve;
+	reserve = Min(Max(reserve, (int64) 1024 * 1024), (int64) 4 * 1024 * 1024);
+	limit = (vmdata + reserve) | 1;
 	if (!pg_atomic_compare_exchange_u64(&my_slot->guard_limit, &expected, (uint64) limit))
 		return GM_NO_LIMIT;
 	pg_atomic_fetch_add_u32(&my_slot->guard_starts, 1);
-	latch = shared->monitor.guard_latch;
-	if (latch != NULL)
-		SetLatch(latch);
+	gm_shmem_guard_wake();
 	return limit;
 }
 
@@ -1040,7 +1050,7 @@ gm_shmem_guard_first_limit(int64 vmdata)
 void
 gm_shmem_guard_drop_first_limit(int64 limit)
 {
-	uint64		expected = (uint64) limit;
+	uint64		expected pg_attribute_aligned(8) = (uint64) limit;
 
 	if (shared != NULL && my_slot != NULL && my_slot_pid == MyProcPid)
 		(void) pg_atomic_compare_exchange_u64(&my_slot->guard_limit, &expected, (uint64) GM_NO_LIMIT);

@@ -98,7 +98,8 @@ sub burst
 {
 	my ($n, $sql, $settings) = @_;
 	my $g;
-	wait_for(sub { $g = guard_counts($node); $g->[0] eq 'f' && $g->[1] < $limit / 4 }, 60);
+	wait_for(sub { $g = guard_counts($node); $g->[0] eq 'f' && $g->[1] < $limit / 4 }, 60)
+	  or diag "a burst starts with the guard still engaged";
 	write_file("$cg/memory.max_usage_in_bytes", '0');
 	my @runs = map { GlibcMallocTest::start_query($node, $sql, @$settings, "SET glibc_malloc.memory_wait = 0") } 1 .. $n;
 	my ($c, $o, $x, @other) = (0, 0, 0);
@@ -167,11 +168,14 @@ END { $filler->kill_kill if $filler }
 	{
 		my ($name, $sql) = @$case;
 		my $kills0 = cgroup_v1_oom_kills($cg);
-		my ($oom, $other, $in_a_worker) = (0, 0, 0);
+		my ($oom, $other, $in_a_worker, $first) = (0, 0, 0, 0);
 		for my $i (1 .. 3)
 		{
 			wait_for(sub { guard_counts($node)->[0] eq 't' }, 30);
+			# Its DEBUG2 line says it limited itself before the monitor's look.
+			local $ENV{PGOPTIONS} = '-c client_min_messages=debug2';
 			my ($rc, $out, $err) = $node->psql('postgres', $sql);
+			$first++ if $err =~ /glibc_malloc first limit/;
 			# A worker's error reaches the client with its context.
 			$in_a_worker++ if $err =~ /parallel worker/;
 			if ($err =~ /out of memory/) { $oom++ }
@@ -189,6 +193,9 @@ END { $filler->kill_kill if $filler }
 		is($kills, 0, "$name that maps 600 MB at once while the guard is engaged: the kernel killed nothing");
 		is($oom, 3, "$name: \"out of memory\", 3 times of 3");
 		is($in_a_worker, 3, 'the error is the worker\'s, 3 times of 3') if $name =~ /worker/;
+		# A new session has no slot before its first statement: the monitor
+		# cannot have limited it.
+		is($first, 3, "$name: it limited itself before the monitor's look, 3 times of 3") if $name =~ /session/;
 	}
 	$filler->kill_kill;
 }
