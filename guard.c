@@ -282,18 +282,16 @@ gm_guard_grant_run(bool on)
 
 /*
  * Wait until the monitor's look counts this process as working (at most
- * GM_GUARD_START_WAIT_MS by the monotonic clock), serving interrupts if
- * asked to.
+ * GM_GUARD_START_WAIT_MS by the monotonic clock), interrupts served.
  */
 static void
-wait_counted_working(bool interrupts)
+wait_counted_working(void)
 {
 	int64		deadline = gm_monotonic_usec() + (int64) GM_GUARD_START_WAIT_MS * 1000;
 
 	while (gm_shmem_guard_counts_idle() && gm_monotonic_usec() < deadline)
 	{
-		if (interrupts)
-			CHECK_FOR_INTERRUPTS();
+		CHECK_FOR_INTERRUPTS();
 		pg_usleep(1000L);
 	}
 }
@@ -313,32 +311,38 @@ wait_counted_working(bool interrupts)
 static bool
 first_limit(void)
 {
-	static TimestampTz tried_at = 0;
+	static int64 retry_at = 0;
 	int64		limit;
+	int64		deadline;
 
-	if (!gm_shmem_guard_engaged() || !gm_guarded_process() ||
+	if (!gm_shmem_guard_engaged() || !gm_shmem_guard_acts() || !gm_guarded_process() ||
 		CritSectionCount != 0 || InterruptHoldoffCount != 0)
 		return false;
-	/* Once a statement: a monitor that does not answer costs one wait. */
-	if (tried_at == GetCurrentStatementStartTimestamp())
-		return false;
 	gm_shmem_claim();
-	if (gm_shmem_my_guard_limit() != GM_NO_LIMIT)
+	if (gm_shmem_my_guard_limit() != GM_NO_LIMIT || gm_monotonic_usec() < retry_at)
 		return false;
 	limit = gm_shmem_guard_first_limit(gm_proc_status_bytes(0, "VmData:"));
 	if (limit == GM_NO_LIMIT)
 		return false;
-	tried_at = GetCurrentStatementStartTimestamp();
 	set_limits();
 
 	/*
-	 * No interrupt is served meanwhile (at most GM_GUARD_START_WAIT_MS): an
-	 * ERROR would leave the limit, which the monitor does not know of and
-	 * would never lift.
+	 * Until the monitor's look replaces the limit and counts the process
+	 * as working, or the guard lets go.  No interrupt is served meanwhile
+	 * (at most GM_GUARD_START_WAIT_MS): an ERROR would leave the limit,
+	 * which the monitor does not know of and would never lift.
 	 */
-	wait_counted_working(false);
-	if (gm_shmem_guard_counts_idle() || !gm_shmem_guard_engaged())
+	deadline = gm_monotonic_usec() + (int64) GM_GUARD_START_WAIT_MS * 1000;
+	while ((gm_shmem_my_guard_limit() == limit || gm_shmem_guard_counts_idle()) &&
+		   gm_shmem_guard_engaged() && gm_monotonic_usec() < deadline)
+		pg_usleep(1000L);
+	/* Taken back only if still this one (the monitor's are even). */
+	if (gm_shmem_my_guard_limit() == limit)
+	{
 		gm_shmem_guard_drop_first_limit(limit);
+		/* Not answered: no other try for a second. */
+		retry_at = gm_monotonic_usec() + (int64) 1000 * 1000;
+	}
 	/* The limit in force is the slot's, whoever changed it meanwhile. */
 	set_limits();
 	elog(DEBUG2, "glibc_malloc first limit: %lld until the monitor's look, now %lld",
@@ -382,15 +386,15 @@ gm_guard_top_statement_start(void)
 	/* A parallel worker's is taken at its statement start. */
 	if ((!IsParallelWorker() && first_limit()) || !gm_shmem_guard_statement_start())
 		return;
-	wait_counted_working(true);
+	wait_counted_working();
 }
 
 /*
  * A top-level statement, or its transaction, ended: a flag in the slot.
  * While the guard is engaged, a limit within the reserve's floor of what
  * the process maps (a working statement used its reserve up, the budget
- * empty) wakes the monitor, whose look counts the process idle and gives
- * its reserve back before its idle point needs it.  Allocates nothing.
+ * empty) wakes the monitor, whose next look that counts the process idle
+ * gives its reserve back sooner.  Allocates nothing.
  */
 void
 gm_guard_top_statement_end(void)
@@ -399,7 +403,8 @@ gm_guard_top_statement_end(void)
 	int64		vm;
 
 	gm_shmem_guard_reads_client(false);
-	if (!gm_shmem_guard_engaged() || (limit = gm_shmem_my_guard_limit()) == GM_NO_LIMIT)
+	if (!gm_shmem_guard_engaged() || IsParallelWorker() || proc_exit_inprogress ||
+		(limit = gm_shmem_my_guard_limit()) == GM_NO_LIMIT)
 		return;
 	if ((vm = gm_proc_statm_data_bytes()) >= 0 && limit - vm < (int64) 1024 * 1024)
 		gm_shmem_guard_wake();
@@ -584,7 +589,7 @@ wait_for_reserved_limit(int64 want, uint32 looks0, uint32 wait_event_info)
 		int64		limit = gm_shmem_my_guard_limit();
 		int64		left_ms = GM_GUARD_START_WAIT_MS - (gm_monotonic_usec() - start) / 1000;
 
-		if (limit == GM_NO_LIMIT || limit >= want ||
+		if (limit == GM_NO_LIMIT || limit >= (want & ~(int64) 1) ||
 			gm_shmem_wait_looks() - looks0 >= 2 || left_ms <= 0)
 			return;
 		gm_shmem_guard_wake();

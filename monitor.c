@@ -359,6 +359,9 @@ guard_set(int slot, int pid, int64 limit)
 		guarded[slot].pid = 0;	/* it left its slot */
 		return false;
 	}
+	/* Lifted: not counted as anything (a start waits for the next look). */
+	if (limit == GM_NO_LIMIT)
+		gm_shmem_set_guard_working(slot, pid, false);
 
 	/*
 	 * The backend may change its own limit meanwhile and call setrlimit
