@@ -63,7 +63,6 @@
 #include <limits.h>
 
 #include "access/parallel.h"
-#include "access/xact.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"

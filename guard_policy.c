@@ -454,13 +454,10 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 
 	/*
 	 * A working process's reserve is what is left of it under the limit in
-	 * force (below, it gets back what it mapped of it from the budget, as
-	 * its growth).  Renewed from the margin at every look, reserves let
-	 * processes that each grow less than theirs a look (24 workers of
-	 * parallel hash joins on 2 CPUs) pass the target and the limit
-	 * together, with no budget left.  Not working, it keeps all of it (it
-	 * maps only at its idle point, where an ERROR becomes FATAL); limited
-	 * for the first time, the margin holds it.
+	 * force; it gets back what it mapped of it from the budget, below (see
+	 * the head of this file).  Not working, it keeps all of it (it maps
+	 * only at its idle point, where an ERROR becomes FATAL); limited for
+	 * the first time, the margin holds it.
 	 */
 	for (int i = 0; i < n; i++)
 	{

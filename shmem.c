@@ -948,14 +948,12 @@ int64
 gm_shmem_set_guard_limit(int slotno, int pid, int64 limit)
 {
 	GmSlot	   *slot = &shared->slots[slotno];
-	uint64		expected pg_attribute_aligned(8);
+	uint64		expected pg_attribute_aligned(8) = (uint64) limit;
 	int64		orig;
 	int64		own;
 
-	/* Even: never a process's own first limit (an odd one). */
-	if (limit != GM_NO_LIMIT)
-		limit &= ~(int64) 1;
-	expected = (uint64) limit;
+	/* Even (guard_set): never a process's own first limit, an odd one. */
+	Assert(limit == GM_NO_LIMIT || (limit & 1) == 0);
 	if (slot->snap.pid != pid)
 		return -1;
 	pg_atomic_write_u64(&slot->guard_limit, limit);

@@ -183,7 +183,7 @@ END { $filler->kill_kill if $filler }
 		for my $i (1 .. 3)
 		{
 			wait_for(sub { guard_counts($node)->[0] eq 't' }, 30);
-			# Its DEBUG2 line says it limited itself before the monitor's look.
+			# Its DEBUG2 line says whether it limited itself before the look.
 			local $ENV{PGOPTIONS} = '-c client_min_messages=debug2';
 			my ($rc, $out, $err) = $node->psql('postgres', $sql);
 			$first++ if $err =~ /glibc_malloc first limit/;
@@ -204,9 +204,9 @@ END { $filler->kill_kill if $filler }
 		is($kills, 0, "$name that maps 600 MB at once while the guard is engaged: the kernel killed nothing");
 		is($oom, 3, "$name: \"out of memory\", 3 times of 3");
 		is($in_a_worker, 3, 'the error is the worker\'s, 3 times of 3') if $name =~ /worker/;
-		# A new session has no slot before its first statement: the monitor
-		# cannot have limited it.
-		is($first, 3, "$name: it limited itself before the monitor's look, 3 times of 3") if $name =~ /session/;
+		# Not asserted: a session's login transaction takes its slot, and a
+		# look between it and the statement limits it as idle first.
+		diag "$name: it limited itself before the monitor's look $first times of 3";
 	}
 	$filler->kill_kill;
 }
