@@ -479,6 +479,9 @@ typedef struct GmGuardProc
 {
 	int			slot;			/* the caller's, carried through */
 	int			pid;			/* the caller's, carried through */
+	int			group;			/* the caller's: the processes of one
+								 * parallel query share it (its leader's
+								 * pid); 0 = a group of its own */
 	int64		vmdata;			/* VmData */
 	int64		rss;			/* RssAnon */
 	int64		growth;			/* VmData's growth over the last window */

@@ -30,12 +30,16 @@
  * they share all of it (rounded down to GM_GUARD_GRAIN, so that a usage
  * that moves a little does not change every idle limit: with a thousand
  * backends that was a thousand prlimit calls per look).  Working processes
- * share the rest in the order their work began (since), the earliest
+ * share the rest in the order their work began (since; ties by group, a
+ * parallel query's processes together, the group of the lower pid first:
+ * by VmData the order changed from look to look, and a short budget took
+ * a process of every query), the earliest
  * first: each in turn may map twice its last window's growth (a fresh
  * one, below, at most twice what it mapped since its work began) while the
  * budget lasts; what is left goes half in equal shares, half halved (half
  * of it to the earliest, a quarter to the next, ..., the latest the
- * remainder; all of it to one that works alone), so that a statement that
+ * remainder; all of it to one that works alone; a group's half shared by
+ * its processes), so that a statement that
  * just started, its growth unknown, still gets room.  What one
  * class does not take goes to the other.  So in a
  * burst of statements that do not all fit, the first ones complete and the
@@ -354,7 +358,18 @@ proc_works(const GmGuardProc *p)
 	return p->started || p->in_statement || !p->waits_for_client;
 }
 
-/* qsort: the earliest work first (ties: the larger VmData first). */
+/* A process's group: its parallel query's leader, or itself. */
+static int
+group_of(const GmGuardProc *p)
+{
+	return p->group != 0 ? p->group : p->pid;
+}
+
+/*
+ * qsort: the earliest work first; ties by group (a group's processes
+ * together, the group of the lowest pid first: an order that holds from one
+ * look to the next), the larger VmData first.
+ */
 static int
 cmp_since_asc(const void *a, const void *b)
 {
@@ -363,7 +378,19 @@ cmp_since_asc(const void *a, const void *b)
 
 	if (x->since != y->since)
 		return (x->since > y->since) - (x->since < y->since);
+	if (group_of(x) != group_of(y))
+		return (group_of(x) > group_of(y)) - (group_of(x) < group_of(y));
 	return (x->vmdata < y->vmdata) - (x->vmdata > y->vmdata);
+}
+
+/* Whether procs[i] (sorted) follows a working process of its group. */
+static bool
+same_group_before(const GmGuardProc *procs, int i)
+{
+	for (int j = i - 1; j >= 0 && group_of(&procs[j]) == group_of(&procs[i]); j--)
+		if (procs[j].working)
+			return true;
+	return false;
 }
 
 /*
@@ -539,23 +566,38 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 	{
 		int64		share = budget / 2 / nworking;
 		int64		halves;
+		int			ngroups = 0;
 		int			seen = 0;
 		int			earliest = -1;
 
 		share -= share % GM_GUARD_GRAIN;
 		halves = budget - share * nworking;
 		for (int i = 0; i < n; i++)
+			if (procs[i].working && !same_group_before(procs, i))
+				ngroups++;
+		for (int i = 0; i < n; i++)
 		{
 			int64		half;
+			int			members = 0;
 
-			if (!procs[i].working)
+			if (!procs[i].working || same_group_before(procs, i))
 				continue;
 			if (earliest < 0)
 				earliest = i;
-			half = ++seen < nworking ? halves / 2 : halves;
-			half -= half % GM_GUARD_GRAIN;
-			procs[i].allow += share + half;
-			halves -= half;
+			/* A group's half, shared by its working processes. */
+			half = ++seen < ngroups ? halves / 2 : halves;
+			for (int j = i; j < n && group_of(&procs[j]) == group_of(&procs[i]); j++)
+				members += procs[j].working;
+			for (int j = i; j < n && group_of(&procs[j]) == group_of(&procs[i]); j++)
+			{
+				int64		each = half / members;
+
+				if (!procs[j].working)
+					continue;
+				each -= each % GM_GUARD_GRAIN;
+				procs[j].allow += share + each;
+				halves -= each;
+			}
 		}
 		/* What the rounding left. */
 		procs[earliest].allow += halves;

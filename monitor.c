@@ -658,16 +658,19 @@ guard_measure(const GmLimits *l, const GmSnapshot *snaps, int n, bool observe, i
 
 	/*
 	 * A parallel worker's work began with its leader's statement: its
-	 * leader's number (lockGroupLeader read without its lock: a pointer,
-	 * at worst one look late).
+	 * leader's number, and its leader's group, so that the policy serves a
+	 * query's processes together (lockGroupLeader read without its lock: a
+	 * pointer, at worst one look late).
 	 */
 	for (int i = 0; i < ncand; i++)
 	{
 		PGPROC	   *leader = ProcGlobal->allProcs[cands[i].slot].lockGroupLeader;
 		int			ls;
 
+		cands[i].group = 0;
 		if (leader == NULL || leader == &ProcGlobal->allProcs[cands[i].slot])
 			continue;
+		cands[i].group = leader->pid;
 		ls = leader - ProcGlobal->allProcs;
 		if (ls >= 0 && ls < nslots &&
 			guarded[ls].since_pid == leader->pid && guarded[ls].since_pid != 0)

@@ -253,6 +253,105 @@ creep_sim(void)
 	ok(completed + failed == 24, "24 creeping processes: each completes or fails, none creeps on forever");
 }
 
+/*
+ * A burst of parallel queries, look after look: 8 parallel hash joins of 3
+ * processes each (a leader and 2 workers, each building its own hash table
+ * of 120 MB) start in the same look, in 1200 MB of which others use 100 MB:
+ * about 2.7 fit.  Each process grows 3 to 7 MB a look while its limit lets
+ * it; a query ends when one of its processes passes its limit (the ERROR
+ * ends its workers: all 3 free what they hold) or when all 3 reach 120 MB.
+ * grouped: the caller tells the policy which processes are one query's.
+ * Returns how many queries complete; sets *over if the usage passes the
+ * target.
+ */
+/*
+ * The pid of process i of group_sim: its query's leader (i % 3 == 0) is
+ * 1..8, in the order the queries started, the workers 101.. and 201.. (they
+ * start later: the pids are the order a look lists them in).
+ */
+static int
+pid_of(int i)
+{
+	return i / 3 + 1 + 100 * (i % 3);
+}
+
+static int
+group_sim(bool grouped, bool *over)
+{
+	GmGuardInput in;
+	GmGuardDecision d;
+	GmGuardProc pr[24];
+	int64		vm[24];
+	bool		done[24];
+	bool		active[8];
+	int			completed = 0;
+	int			ended = 0;
+	GmGuardLevels lv;
+
+	gm_guard_levels(1200 * MB, &lv);
+	*over = false;
+	for (int i = 0; i < 24; i++)
+	{
+		vm[i] = 3 * MB;
+		done[i] = false;
+	}
+	for (int q = 0; q < 8; q++)
+		active[q] = true;
+	for (int look = 0; look < 2000 && ended < 8; look++)
+	{
+		int64		used = 100 * MB;
+
+		for (int i = 0; i < 24; i++)
+			used += vm[i];
+		*over = *over || used > lv.target;
+		memset(&in, 0, sizeof(in));
+		in.limit = 1200 * MB;
+		in.usage = used;
+		in.engaged = true;
+		for (int i = 0; i < 24; i++)
+		{
+			bool		a = active[i / 3];
+
+			pr[i] = proc(pid_of(i), vm[i], a && !done[i] && look > 0 ? (3 + (i * 7 + look) % 5) * MB : 0, !a, look == 0);
+			pr[i].in_statement = a;
+			pr[i].since = 1;
+			pr[i].since_vmdata = 3 * MB;
+			pr[i].group = grouped ? pid_of(i / 3 * 3) : 0;
+		}
+		gm_guard_policy(&in, pr, 24, &d);
+		for (int q = 0; q < 8; q++)
+		{
+			bool		failed = false;
+			bool		all = true;
+
+			if (!active[q])
+				continue;
+			for (int i = q * 3; i < q * 3 + 3; i++)
+			{
+				GmGuardProc *p = find(pr, 24, pid_of(i));
+				int64		step = (3 + (i * 7 + look + 1) % 5) * MB;
+
+				if (done[i])
+					continue;
+				if (vm[i] + step > p->limit)
+					failed = true;
+				else if ((vm[i] += step) >= 123 * MB)
+					done[i] = true;
+				all = all && done[i];
+			}
+			if (failed || all)
+			{
+				active[q] = false;
+				ended++;
+				completed += !failed;
+				for (int i = q * 3; i < q * 3 + 3; i++)
+					vm[i] = 3 * MB;
+			}
+		}
+	}
+	return completed;
+}
+
 int
 main(void)
 {
@@ -486,6 +585,55 @@ main(void)
 			last = last && find(procs, 8, pid)->allow == 0;
 		ok(first, "the five that began first may map twice their growth");
 		ok(last && find(procs, 8, 1)->limit == 44 * MB, "the three that began last: their VmData and the reserve");
+	}
+
+	/*
+	 * Parallel queries that began in the same look are served a query at a
+	 * time: 2 queries of 3 processes (leaders 20 and 10, workers 11, 12 and
+	 * 21, 22 with higher pids, as started), each process grew 10 MB, 100 MB
+	 * of budget.  The query of the lower leader pid takes its 60 MB first
+	 * (an order that holds from one look to the next), the other the 40 MB
+	 * left; the halves are a query's, shared by its processes.  Ordered
+	 * by VmData alone, the first query's leader got nothing.
+	 */
+	{
+		GmGuardProc pr[6];
+		int			pids[6] = {20, 10, 121, 111, 122, 112};
+		int64		vms[6] = {50, 40, 45, 60, 42, 41};
+		bool		first = true;
+		int64		second = 0;
+
+		for (int i = 0; i < 6; i++)
+		{
+			pr[i] = proc(pids[i], vms[i] * MB, 10 * MB, false, false);
+			pr[i].since = 7;
+			pr[i].group = pids[i] % 100 / 10 * 10;
+		}
+		gm_guard_policy(&in, pr, 6, &d);
+		for (int i = 0; i < 3; i++)
+			first = first && pr[i].group == 10 && pr[i].allow == 20 * MB;
+		for (int i = 3; i < 6; i++)
+			second += pr[i].group == 20 ? pr[i].allow : 0;
+		ok(d.budget == 100 * MB && first && second == 40 * MB,
+		   "2 parallel queries of the same look, 100 MB of budget: the first query's 3 processes take twice their growth together, the other the rest");
+		for (int i = 0; i < 6; i++)
+			pr[i].growth = 0;
+		gm_guard_policy(&in, pr, 6, &d);
+		{
+			int64		lo = PG_INT64_MAX,
+						hi = 0,
+						sum = 0;
+
+			for (int i = 0; i < 6; i++)
+			{
+				lo = Min(lo, pr[i].allow);
+				hi = Max(hi, pr[i].allow);
+				sum += pr[i].allow;
+			}
+			/* Two queries: the first's half of the halves, the last the rest. */
+			ok(sum == 100 * MB && hi - lo <= 256 * 1024,
+			   "2 parallel queries, growth not known: each query's half shared by its 3 processes (the same to a grain of 256 kB)");
+		}
 	}
 
 	/*
@@ -827,7 +975,7 @@ main(void)
 	 * grants and what working processes get back of their reserves fit the
 	 * budget, the reserves half of the margin, no idle process's limit is at
 	 * or below VmData, and every working process is one that started or
-	 * runs.
+	 * runs (some begin in the same look, some in parallel queries).
 	 */
 	{
 		int			bad_budget = 0,
@@ -855,6 +1003,10 @@ main(void)
 				procs[i] = proc(i + 1, vm, growth, waits, started);
 				procs[i].in_statement = waits && rnd() % 5 == 0;
 				procs[i].rss = vm - (int64) (rnd() % 5) * MB;
+				/* Some begin in the same look, some are a parallel query's workers. */
+				procs[i].since = rnd() % 5;
+				if (i > 0 && rnd() % 3 == 0)
+					procs[i].group = 1 + rnd() % i;
 				/* A limit in force, for some: up to 8 MB above VmData, or below it. */
 				if (rnd() % 2 == 0)
 					procs[i].cur_limit = vm + (int64) (rnd() % 40) * MB / 4 - 2 * MB;
@@ -948,6 +1100,16 @@ main(void)
 	burst_sim(true, false);
 	burst_sim(true, true);
 	creep_sim();
+	{
+		bool		over;
+		bool		over_mixed;
+		int			grouped = group_sim(true, &over);
+		int			mixed = group_sim(false, &over_mixed);
+
+		printf("# 8 parallel queries of 3 where 2.7 fit: %d complete grouped, %d with their processes ordered apart\n", grouped, mixed);
+		ok(grouped >= 2, "8 parallel queries of 3 processes where 2.7 fit: at least 2 complete, each query's processes served together");
+		ok(!over && !over_mixed, "8 parallel queries of 3 processes: the usage stays under the target");
+	}
 
 	/* When a reservation goes back to the budget. */
 	{
