@@ -31,15 +31,14 @@
  * that moves a little does not change every idle limit: with a thousand
  * backends that was a thousand prlimit calls per look).  Working processes
  * share the rest in the order their work began (since; ties by group, a
- * parallel query's processes together, the group of the lower pid first:
- * by VmData the order changed from look to look, and a short budget took
- * a process of every query), the earliest
+ * parallel query's processes together, the group of the lower pid first,
+ * an order that holds from look to look), the earliest
  * first: each in turn may map twice its last window's growth (a fresh
  * one, below, at most twice what it mapped since its work began) while the
  * budget lasts; what is left goes half in equal shares, half halved (half
  * of it to the earliest, a quarter to the next, ..., the latest the
- * remainder; all of it to one that works alone; a group's half shared by
- * its processes), so that a statement that
+ * remainder; all of it to one that works alone; a group's processes take
+ * their halvings together, in equal parts), so that a statement that
  * just started, its growth unknown, still gets room.  What one
  * class does not take goes to the other.  So in a
  * burst of statements that do not all fit, the first ones complete and the
@@ -368,7 +367,7 @@ group_of(const GmGuardProc *p)
 /*
  * qsort: the earliest work first; ties by group (a group's processes
  * together, the group of the lowest pid first: an order that holds from one
- * look to the next), the larger VmData first.
+ * look to the next), the larger VmData first, then the lower pid.
  */
 static int
 cmp_since_asc(const void *a, const void *b)
@@ -380,7 +379,9 @@ cmp_since_asc(const void *a, const void *b)
 		return (x->since > y->since) - (x->since < y->since);
 	if (group_of(x) != group_of(y))
 		return (group_of(x) > group_of(y)) - (group_of(x) < group_of(y));
-	return (x->vmdata < y->vmdata) - (x->vmdata > y->vmdata);
+	if (x->vmdata != y->vmdata)
+		return (x->vmdata < y->vmdata) - (x->vmdata > y->vmdata);
+	return (x->pid > y->pid) - (x->pid < y->pid);
 }
 
 /* Whether procs[i] (sorted) follows a working process of its group. */
@@ -557,7 +558,9 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 	 * just started, its growth unknown, gets a share of the room; the other half
 	 * halved, earliest first, the latest the remainder (all of it when one
 	 * works alone), so that in a burst whose growth is not known yet the
-	 * first ones still have the room to complete.  The shares are rounded
+	 * first ones still have the room to complete; a parallel query's
+	 * processes take their halvings together, in equal parts (one of them
+	 * at its limit ends the query).  The shares are rounded
 	 * down to GM_GUARD_GRAIN (a usage that moves a little changes no limit:
 	 * a thousand prlimit calls per look otherwise); the earliest takes what
 	 * the rounding leaves.
@@ -577,17 +580,24 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 				ngroups++;
 		for (int i = 0; i < n; i++)
 		{
-			int64		half;
+			int64		half = 0;
 			int			members = 0;
 
 			if (!procs[i].working || same_group_before(procs, i))
 				continue;
 			if (earliest < 0)
 				earliest = i;
-			/* A group's half, shared by its working processes. */
-			half = ++seen < ngroups ? halves / 2 : halves;
 			for (int j = i; j < n && group_of(&procs[j]) == group_of(&procs[i]); j++)
 				members += procs[j].working;
+			/*
+			 * A group takes the halvings its working processes would take in
+			 * turn (the last group all that is left), shared equally.
+			 */
+			if (++seen == ngroups)
+				half = halves;
+			else
+				for (int m = 0; m < members; m++)
+					half += (halves - half) / 2;
 			for (int j = i; j < n && group_of(&procs[j]) == group_of(&procs[i]); j++)
 			{
 				int64		each = half / members;

@@ -627,7 +627,8 @@ guard_measure(const GmLimits *l, const GmSnapshot *snaps, int n, bool observe, i
 		 * saw it: a new statement, or a process the last measured look did
 		 * not count as working, takes this look's; a statement that goes on
 		 * keeps its own (the policy serves the earliest first, and breaks
-		 * the ties of a look by VmData).
+		 * the ties of a look by group: a parallel query's processes
+		 * together).
 		 */
 		if (g->since_pid != s->pid || c->started || !g->was_working)
 		{
@@ -665,15 +666,17 @@ guard_measure(const GmLimits *l, const GmSnapshot *snaps, int n, bool observe, i
 	for (int i = 0; i < ncand; i++)
 	{
 		PGPROC	   *leader = ProcGlobal->allProcs[cands[i].slot].lockGroupLeader;
+		int			leader_pid;
 		int			ls;
 
 		cands[i].group = 0;
 		if (leader == NULL || leader == &ProcGlobal->allProcs[cands[i].slot])
 			continue;
-		cands[i].group = leader->pid;
+		leader_pid = leader->pid;
+		cands[i].group = leader_pid;
 		ls = leader - ProcGlobal->allProcs;
 		if (ls >= 0 && ls < nslots &&
-			guarded[ls].since_pid == leader->pid && guarded[ls].since_pid != 0)
+			guarded[ls].since_pid == leader_pid && leader_pid != 0)
 			cands[i].since = Min(cands[i].since, guarded[ls].since);
 	}
 
@@ -1035,12 +1038,12 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 			 in.usage, d.headroom, in.asked_pending, d.budget, d.reserve, d.nworking, ncand);
 		for (int i = 0; i < ncand; i++)
 			if (cands[i].working || cands[i].started)
-				elog(DEBUG2, "glibc_malloc memory guard look: pid %d vmdata " INT64_FORMAT " rss " INT64_FORMAT " growth " INT64_FORMAT " grown " INT64_FORMAT " waits %d started %d fresh %d (mapped " INT64_FORMAT ") reserved " INT64_FORMAT ": allow " INT64_FORMAT " limit " INT64_FORMAT,
+				elog(DEBUG2, "glibc_malloc memory guard look: pid %d vmdata " INT64_FORMAT " rss " INT64_FORMAT " growth " INT64_FORMAT " grown " INT64_FORMAT " waits %d started %d fresh %d (mapped " INT64_FORMAT ") reserved " INT64_FORMAT " since " UINT64_FORMAT " group %d: allow " INT64_FORMAT " limit " INT64_FORMAT,
 					 cands[i].pid, cands[i].vmdata, cands[i].rss,
 					 cands[i].growth == GM_GROWTH_UNKNOWN ? -1 : cands[i].growth, cands[i].grown,
 					 (int) cands[i].waits_for_client, (int) cands[i].started,
 					 (int) cands[i].fresh, cands[i].vmdata - cands[i].since_vmdata, cands[i].reserved,
-					 cands[i].allow, cands[i].limit);
+					 cands[i].since, cands[i].group, cands[i].allow, cands[i].limit);
 	}
 
 	guard_log_changes(l, &d, was_engaged, observe, ncand);

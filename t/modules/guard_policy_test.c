@@ -254,20 +254,9 @@ creep_sim(void)
 }
 
 /*
- * A burst of parallel queries, look after look: 8 parallel hash joins of 3
- * processes each (a leader and 2 workers, each building its own hash table
- * of 120 MB) start in the same look, in 1200 MB of which others use 100 MB:
- * about 2.7 fit.  Each process grows 3 to 7 MB a look while its limit lets
- * it; a query ends when one of its processes passes its limit (the ERROR
- * ends its workers: all 3 free what they hold) or when all 3 reach 120 MB.
- * grouped: the caller tells the policy which processes are one query's.
- * Returns how many queries complete; sets *over if the usage passes the
- * target.
- */
-/*
  * The pid of process i of group_sim: its query's leader (i % 3 == 0) is
- * 1..8, in the order the queries started, the workers 101.. and 201.. (they
- * start later: the pids are the order a look lists them in).
+ * 1..8, in the order the queries started; the workers, started after all
+ * the leaders, 101..108 and 201..208.
  */
 static int
 pid_of(int i)
@@ -275,8 +264,20 @@ pid_of(int i)
 	return i / 3 + 1 + 100 * (i % 3);
 }
 
+/*
+ * A burst of parallel queries, look after look: 8 parallel hash joins of 3
+ * processes each (a leader and 2 workers, each building its own hash table
+ * of 120 MB) start in the same look, in 1200 MB of which others use others
+ * bytes (100 MB: about 2.7 fit).  Each process grows 3 to 7 MB a look
+ * while its limit lets it; a query ends when one of its processes passes
+ * its limit (the ERROR ends its workers: all 3 free what they hold) or
+ * when all 3 reach 120 MB.
+ * grouped: the caller tells the policy which processes are one query's.
+ * Returns how many queries complete; sets *over if the usage passes the
+ * target.
+ */
 static int
-group_sim(bool grouped, bool *over)
+group_sim(bool grouped, int64 others, bool *over)
 {
 	GmGuardInput in;
 	GmGuardDecision d;
@@ -299,7 +300,7 @@ group_sim(bool grouped, bool *over)
 		active[q] = true;
 	for (int look = 0; look < 2000 && ended < 8; look++)
 	{
-		int64		used = 100 * MB;
+		int64		used = others;
 
 		for (int i = 0; i < 24; i++)
 			used += vm[i];
@@ -589,19 +590,20 @@ main(void)
 
 	/*
 	 * Parallel queries that began in the same look are served a query at a
-	 * time: 2 queries of 3 processes (leaders 20 and 10, workers 11, 12 and
-	 * 21, 22 with higher pids, as started), each process grew 10 MB, 100 MB
-	 * of budget.  The query of the lower leader pid takes its 60 MB first
-	 * (an order that holds from one look to the next), the other the 40 MB
-	 * left; the halves are a query's, shared by its processes.  Ordered
-	 * by VmData alone, the first query's leader got nothing.
+	 * time: 2 queries of 3 processes (leaders 20 and 10; workers 121, 122
+	 * and 111, 112, started after them), each process grew 10 MB, 100 MB of
+	 * budget.  The query of the lower leader pid takes its 60 MB first (an
+	 * order that holds from one look to the next), the other the 40 MB
+	 * left.
 	 */
 	{
-		GmGuardProc pr[6];
-		int			pids[6] = {20, 10, 121, 111, 122, 112};
-		int64		vms[6] = {50, 40, 45, 60, 42, 41};
+		GmGuardProc pr[7];
+		int			pids[7] = {20, 10, 121, 111, 122, 112, 30};
+		int64		vms[7] = {50, 40, 45, 60, 42, 41, 70};
 		bool		first = true;
 		int64		second = 0;
+		int64		a[3],
+					b[3];
 
 		for (int i = 0; i < 6; i++)
 		{
@@ -616,24 +618,33 @@ main(void)
 			second += pr[i].group == 20 ? pr[i].allow : 0;
 		ok(d.budget == 100 * MB && first && second == 40 * MB,
 		   "2 parallel queries of the same look, 100 MB of budget: the first query's 3 processes take twice their growth together, the other the rest");
-		for (int i = 0; i < 6; i++)
-			pr[i].growth = 0;
-		gm_guard_policy(&in, pr, 6, &d);
-		{
-			int64		lo = PG_INT64_MAX,
-						hi = 0,
-						sum = 0;
 
-			for (int i = 0; i < 6; i++)
-			{
-				lo = Min(lo, pr[i].allow);
-				hi = Max(hi, pr[i].allow);
-				sum += pr[i].allow;
-			}
-			/* Two queries: the first's half of the halves, the last the rest. */
-			ok(sum == 100 * MB && hi - lo <= 256 * 1024,
-			   "2 parallel queries, growth not known: each query's half shared by its 3 processes (the same to a grain of 256 kB)");
+		/*
+		 * Growth not known, a third statement (pid 30, alone) in the same
+		 * look: half of the budget in equal shares (7 MB each, in 256 kB
+		 * steps), and of the other half (51 MB) the first query takes the
+		 * halvings of its 3 processes (7/8), in equal parts; the second
+		 * takes 7/8 of what is left, the last statement the rest.
+		 */
+		pr[6] = proc(30, 70 * MB, 0, false, false);
+		pr[6].since = 7;
+		for (int i = 0; i < 6; i++)
+		{
+			pr[i] = proc(pids[i], vms[i] * MB, 0, false, false);
+			pr[i].since = 7;
+			pr[i].group = pids[i] % 100 / 10 * 10;
 		}
+		gm_guard_policy(&in, pr, 7, &d);
+		for (int k = 0; k < 3; k++)
+		{
+			a[k] = find(pr, 7, 10 + (k > 0) * 100 + k)->allow;
+			b[k] = find(pr, 7, 20 + (k > 0) * 100 + k)->allow;
+		}
+		ok(d.budget == 100 * MB &&
+		   a[0] == 21 * MB + 3 * MB / 4 && a[1] == a[0] && a[2] == a[0] &&
+		   b[0] == 8 * MB + 3 * MB / 4 && b[1] == b[0] && b[2] == b[0] &&
+		   find(pr, 7, 30)->allow == 8 * MB + MB / 2,
+		   "3 statements of one look, growth not known: the first query's 3 processes 21.75 MB each, the second's 8.75, the last statement 8.5");
 	}
 
 	/*
@@ -1005,8 +1016,10 @@ main(void)
 				procs[i].rss = vm - (int64) (rnd() % 5) * MB;
 				/* Some begin in the same look, some are a parallel query's workers. */
 				procs[i].since = rnd() % 5;
-				if (i > 0 && rnd() % 3 == 0)
-					procs[i].group = 1 + rnd() % i;
+				if (i > 0 && rnd() % 3 == 0 && procs[i - 1].group == 0)
+					procs[i].group = i;	/* a worker of pid i, a leader */
+				else if (i > 1 && procs[i - 1].group != 0 && rnd() % 2 == 0)
+					procs[i].group = procs[i - 1].group;
 				/* A limit in force, for some: up to 8 MB above VmData, or below it. */
 				if (rnd() % 2 == 0)
 					procs[i].cur_limit = vm + (int64) (rnd() % 40) * MB / 4 - 2 * MB;
@@ -1036,7 +1049,8 @@ main(void)
 				if (p->working != works)
 					bad_working++;
 			}
-			if (sum > d.budget)
+			/* Working processes take all of it. */
+			if (sum > d.budget || (d.nworking > 0 && sum != d.budget))
 				bad_budget++;
 			/* At most half of the margin, or at the floor with the rest counted as usage. */
 			if (d.reserve < MB ||
@@ -1044,7 +1058,7 @@ main(void)
 				 !(d.reserve == MB && d.shift == Min(Max((int64) np * MB - lv.margin, 0), in.limit / 100 * 20 + in.limit % 100 * 20 / 100))))
 				bad_reserve++;
 		}
-		ok(bad_budget == 0, "2000 random snapshots: the grants and the reserves' refills never exceed the budget");
+		ok(bad_budget == 0, "2000 random snapshots: the grants and the reserves' refills never exceed the budget, and take all of it when a process works");
 		ok(bad_reserve == 0, "the reserves take at most half of the margin, or sit at their 1 MB floor with what passes the margin counted as usage");
 		ok(bad_limit == 0, "every limit is VmData plus the grant, the message room (idle only) and the reserve (a working one's: what is left of it under its limit in force, and its refill), an idle one's above VmData");
 		ok(bad_working == 0, "working: started or running");
@@ -1103,12 +1117,27 @@ main(void)
 	{
 		bool		over;
 		bool		over_mixed;
-		int			grouped = group_sim(true, &over);
-		int			mixed = group_sim(false, &over_mixed);
+		int			grouped = group_sim(true, 100 * MB, &over);
+		int			mixed = group_sim(false, 100 * MB, &over_mixed);
+		int			total = 0;
+		int			least = 8;
 
 		printf("# 8 parallel queries of 3 where 2.7 fit: %d complete grouped, %d with their processes ordered apart\n", grouped, mixed);
 		ok(grouped >= 2, "8 parallel queries of 3 processes where 2.7 fit: at least 2 complete, each query's processes served together");
 		ok(!over && !over_mixed, "8 parallel queries of 3 processes: the usage stays under the target");
+
+		/* Others using 0 to 600 MB (3.1 to 1.5 queries fit), in 50 MB steps. */
+		for (int64 others = 0; others <= 600 * MB; others += 50 * MB)
+		{
+			int			c = group_sim(true, others, &over);
+
+			printf("# others %d MB: %d complete\n", (int) (others / MB), c);
+			total += c;
+			least = Min(least, c);
+			over_mixed = over_mixed || over;
+		}
+		ok(least >= 1 && total >= 17 && !over_mixed,
+		   "8 parallel queries of 3 beside 0 to 600 MB of others' usage (13 cases): one completes in every case, 17 in all, the usage under the target");
 	}
 
 	/* When a reservation goes back to the budget. */
