@@ -384,14 +384,15 @@ cmp_since_asc(const void *a, const void *b)
 	return (x->pid > y->pid) - (x->pid < y->pid);
 }
 
-/* Whether procs[i] (sorted) follows a working process of its group. */
-static bool
-same_group_before(const GmGuardProc *procs, int i)
+/* The end of procs[i]'s run of its group (sorted: a group's processes of one look together). */
+static int
+group_end(const GmGuardProc *procs, int n, int i)
 {
-	for (int j = i - 1; j >= 0 && group_of(&procs[j]) == group_of(&procs[i]); j--)
-		if (procs[j].working)
-			return true;
-	return false;
+	int			end = i + 1;
+
+	while (end < n && group_of(&procs[end]) == group_of(&procs[i]))
+		end++;
+	return end;
 }
 
 /*
@@ -569,48 +570,59 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 	{
 		int64		share = budget / 2 / nworking;
 		int64		halves;
+		int64		rounded = 0;
 		int			ngroups = 0;
 		int			seen = 0;
 		int			earliest = -1;
 
 		share -= share % GM_GUARD_GRAIN;
 		halves = budget - share * nworking;
-		for (int i = 0; i < n; i++)
-			if (procs[i].working && !same_group_before(procs, i))
-				ngroups++;
-		for (int i = 0; i < n; i++)
+		for (int i = 0, end; i < n; i = end)
+		{
+			end = group_end(procs, n, i);
+			for (int j = i; j < end; j++)
+				if (procs[j].working)
+				{
+					ngroups++;
+					break;
+				}
+		}
+		for (int i = 0, end; i < n; i = end)
 		{
 			int64		half = 0;
+			int64		each;
 			int			members = 0;
 
-			if (!procs[i].working || same_group_before(procs, i))
+			end = group_end(procs, n, i);
+			for (int j = i; j < end; j++)
+				if (procs[j].working)
+				{
+					members++;
+					if (earliest < 0)
+						earliest = j;
+				}
+			if (members == 0)
 				continue;
-			if (earliest < 0)
-				earliest = i;
-			for (int j = i; j < n && group_of(&procs[j]) == group_of(&procs[i]); j++)
-				members += procs[j].working;
+
 			/*
 			 * A group takes the halvings its working processes would take in
-			 * turn (the last group all that is left), shared equally.
+			 * turn (the last group all that is left), in equal parts; what
+			 * the rounding leaves goes to the earliest.
 			 */
 			if (++seen == ngroups)
 				half = halves;
 			else
 				for (int m = 0; m < members; m++)
 					half += (halves - half) / 2;
-			for (int j = i; j < n && group_of(&procs[j]) == group_of(&procs[i]); j++)
-			{
-				int64		each = half / members;
-
-				if (!procs[j].working)
-					continue;
-				each -= each % GM_GUARD_GRAIN;
-				procs[j].allow += share + each;
-				halves -= each;
-			}
+			halves -= half;
+			each = half / members;
+			each -= each % GM_GUARD_GRAIN;
+			for (int j = i; j < end; j++)
+				if (procs[j].working)
+					procs[j].allow += share + each;
+			rounded += half - each * members;
 		}
-		/* What the rounding left. */
-		procs[earliest].allow += halves;
+		procs[earliest].allow += rounded + halves;
 		budget = 0;
 	}
 

@@ -659,25 +659,34 @@ guard_measure(const GmLimits *l, const GmSnapshot *snaps, int n, bool observe, i
 
 	/*
 	 * A parallel worker's work began with its leader's statement: its
-	 * leader's number, and its leader's group, so that the policy serves a
-	 * query's processes together (lockGroupLeader read without its lock: a
-	 * pointer, at worst one look late).
+	 * leader's number, and its leader's pid as its group, so that the
+	 * policy serves a query's processes together.  Read without a lock
+	 * (lockGroupLeader and the pids): at worst one look late.  A slot that
+	 * another process has taken since this look read it, or a leader that
+	 * exited (pid 0), leaves the process a group of its own.
 	 */
 	for (int i = 0; i < ncand; i++)
 	{
-		PGPROC	   *leader = ProcGlobal->allProcs[cands[i].slot].lockGroupLeader;
+		volatile PGPROC *proc = &ProcGlobal->allProcs[cands[i].slot];
+		PGPROC	   *leader;
 		int			leader_pid;
 		int			ls;
 
 		cands[i].group = 0;
-		if (leader == NULL || leader == &ProcGlobal->allProcs[cands[i].slot])
+		if (proc->pid != cands[i].pid)
 			continue;
-		leader_pid = leader->pid;
-		cands[i].group = leader_pid;
+		leader = proc->lockGroupLeader;
+		if (leader == NULL || leader == (PGPROC *) proc)
+			continue;
 		ls = leader - ProcGlobal->allProcs;
-		if (ls >= 0 && ls < nslots &&
-			guarded[ls].since_pid == leader_pid && leader_pid != 0)
-			cands[i].since = Min(cands[i].since, guarded[ls].since);
+		if (ls < 0 || ls >= nslots)
+			continue;
+		leader_pid = ((volatile PGPROC *) leader)->pid;
+		if (leader_pid == 0)
+			continue;
+		cands[i].group = leader_pid;
+		if (guarded[ls].since_pid == leader_pid)
+			cands[i].since = guarded[ls].since;
 	}
 
 	return ncand;

@@ -44,6 +44,13 @@ proc(int pid, int64 vmdata, int64 growth, bool waits, bool started)
 	return p;
 }
 
+/* A process's group as the policy takes it: its leader's pid, or its own. */
+static int
+group_key(const GmGuardProc *p)
+{
+	return p->group != 0 ? p->group : p->pid;
+}
+
 /* name and suffix, in a static buffer (for one ok() at a time). */
 static const char *
 joined(const char *name, const char *suffix)
@@ -591,60 +598,82 @@ main(void)
 	/*
 	 * Parallel queries that began in the same look are served a query at a
 	 * time: 2 queries of 3 processes (leaders 20 and 10; workers 121, 122
-	 * and 111, 112, started after them), each process grew 10 MB, 100 MB of
-	 * budget.  The query of the lower leader pid takes its 60 MB first (an
-	 * order that holds from one look to the next), the other the 40 MB
+	 * and 111, 112, started after them: the monitor gives a worker its
+	 * leader's pid as its group, a leader 0), each process grew 10 MB, 100
+	 * MB of budget.  The query of the lower leader pid takes its 60 MB first
+	 * (an order that holds from one look to the next), the other the 40 MB
 	 * left.
 	 */
 	{
 		GmGuardProc pr[7];
 		int			pids[7] = {20, 10, 121, 111, 122, 112, 30};
 		int64		vms[7] = {50, 40, 45, 60, 42, 41, 70};
-		bool		first = true;
-		int64		second = 0;
 		int64		a[3],
 					b[3];
 
-		for (int i = 0; i < 6; i++)
+		for (int round = 0; round < 2; round++)
 		{
-			pr[i] = proc(pids[i], vms[i] * MB, 10 * MB, false, false);
-			pr[i].since = 7;
-			pr[i].group = pids[i] % 100 / 10 * 10;
-		}
-		gm_guard_policy(&in, pr, 6, &d);
-		for (int i = 0; i < 3; i++)
-			first = first && pr[i].group == 10 && pr[i].allow == 20 * MB;
-		for (int i = 3; i < 6; i++)
-			second += pr[i].group == 20 ? pr[i].allow : 0;
-		ok(d.budget == 100 * MB && first && second == 40 * MB,
-		   "2 parallel queries of the same look, 100 MB of budget: the first query's 3 processes take twice their growth together, the other the rest");
+			/* round 1: growth not known, a statement alone (pid 30) too */
+			int			np = round == 0 ? 6 : 7;
 
-		/*
-		 * Growth not known, a third statement (pid 30, alone) in the same
-		 * look: half of the budget in equal shares (7 MB each, in 256 kB
-		 * steps), and of the other half (51 MB) the first query takes the
-		 * halvings of its 3 processes (7/8), in equal parts; the second
-		 * takes 7/8 of what is left, the last statement the rest.
-		 */
-		pr[6] = proc(30, 70 * MB, 0, false, false);
-		pr[6].since = 7;
-		for (int i = 0; i < 6; i++)
+			for (int i = 0; i < np; i++)
+			{
+				pr[i] = proc(pids[i], vms[i] * MB, round == 0 ? 10 * MB : 0, false, false);
+				pr[i].since = 7;
+				pr[i].group = pids[i] > 100 ? pids[i] % 100 / 10 * 10 : 0;
+			}
+			gm_guard_policy(&in, pr, np, &d);
+			for (int k = 0; k < 3; k++)
+			{
+				a[k] = find(pr, np, k == 0 ? 10 : 110 + k)->allow;
+				b[k] = find(pr, np, k == 0 ? 20 : 120 + k)->allow;
+			}
+			if (round == 0)
+				ok(d.budget == 100 * MB && a[0] == 20 * MB && a[1] == 20 * MB && a[2] == 20 * MB &&
+				   b[0] + b[1] + b[2] == 40 * MB,
+				   "2 parallel queries of the same look, 100 MB of budget: the first query's 3 processes take twice their growth together, the other the rest");
+
+			/*
+			 * Growth not known: half of the budget in equal shares (7 MB
+			 * each, in 256 kB steps); of the other half (51 MB) the first
+			 * query takes the halvings of its 3 processes (7/8), in equal
+			 * parts (14.75 MB), the second 7/8 of what is left (1.75 MB
+			 * each), the last statement the rest (0.75 MB); the earliest,
+			 * the first query's largest (111), what the rounding left.
+			 */
+			else
+				ok(d.budget == 100 * MB &&
+				   a[0] == 21 * MB + 3 * MB / 4 && a[2] == a[0] && a[1] == a[0] + 3 * MB / 4 &&
+				   b[0] == 8 * MB + 3 * MB / 4 && b[1] == b[0] && b[2] == b[0] &&
+				   find(pr, np, 30)->allow == 7 * MB + 3 * MB / 4,
+				   "3 statements of one look, growth not known: the first query's 3 processes 21.75 MB each and the rounding's 0.75 MB to the earliest, the second's 8.75, the last statement 7.75");
+		}
+	}
+
+	/*
+	 * Little left (1.5 MB), a query of 3 processes and a statement alone in
+	 * the same look, growth not known: what the rounding to 256 kB leaves
+	 * goes to the earliest, not down the order to the statement that began
+	 * last.
+	 */
+	{
+		GmGuardProc pr[4];
+		int64		usage0 = in.usage;
+		int64		least = PG_INT64_MAX;
+
+		for (int i = 0; i < 4; i++)
 		{
-			pr[i] = proc(pids[i], vms[i] * MB, 0, false, false);
+			pr[i] = proc(i == 3 ? 40 : 10 + (i > 0) * 100 + i, 40 * MB, 0, false, false);
 			pr[i].since = 7;
-			pr[i].group = pids[i] % 100 / 10 * 10;
+			pr[i].group = i == 1 || i == 2 ? 10 : 0;
 		}
-		gm_guard_policy(&in, pr, 7, &d);
-		for (int k = 0; k < 3; k++)
-		{
-			a[k] = find(pr, 7, 10 + (k > 0) * 100 + k)->allow;
-			b[k] = find(pr, 7, 20 + (k > 0) * 100 + k)->allow;
-		}
-		ok(d.budget == 100 * MB &&
-		   a[0] == 21 * MB + 3 * MB / 4 && a[1] == a[0] && a[2] == a[0] &&
-		   b[0] == 8 * MB + 3 * MB / 4 && b[1] == b[0] && b[2] == b[0] &&
-		   find(pr, 7, 30)->allow == 8 * MB + MB / 2,
-		   "3 statements of one look, growth not known: the first query's 3 processes 21.75 MB each, the second's 8.75, the last statement 8.5");
+		in.usage = 734 * MB + MB / 2;
+		gm_guard_policy(&in, pr, 4, &d);
+		for (int i = 0; i < 3; i++)
+			least = Min(least, find(pr, 4, i == 0 ? 10 : 110 + i)->allow);
+		ok(d.budget == 3 * MB / 2 && least >= find(pr, 4, 40)->allow,
+		   "1.5 MB left, a query of 3 and a statement of the same look: no process of the query gets less than the statement that began after it");
+		in.usage = usage0;
 	}
 
 	/*
@@ -1048,6 +1077,12 @@ main(void)
 					bad_limit++;
 				if (p->working != works)
 					bad_working++;
+				/* A group's processes of one look together in the order. */
+				for (int j = i + 2; j < np && i > 0; j++)
+					if (procs[j].since == p->since && procs[i - 1].since == p->since &&
+						group_key(&procs[j]) == group_key(&procs[i - 1]) &&
+						group_key(p) != group_key(&procs[i - 1]))
+						bad_working++;
 			}
 			/* Working processes take all of it. */
 			if (sum > d.budget || (d.nworking > 0 && sum != d.budget))
@@ -1061,7 +1096,7 @@ main(void)
 		ok(bad_budget == 0, "2000 random snapshots: the grants and the reserves' refills never exceed the budget, and take all of it when a process works");
 		ok(bad_reserve == 0, "the reserves take at most half of the margin, or sit at their 1 MB floor with what passes the margin counted as usage");
 		ok(bad_limit == 0, "every limit is VmData plus the grant, the message room (idle only) and the reserve (a working one's: what is left of it under its limit in force, and its refill), an idle one's above VmData");
-		ok(bad_working == 0, "working: started or running");
+		ok(bad_working == 0, "working: started or running; a group's processes of one look together in the order");
 	}
 
 	/*
