@@ -662,8 +662,9 @@ guard_measure(const GmLimits *l, const GmSnapshot *snaps, int n, bool observe, i
 	 * leader's number, and its leader's pid as its group, so that the
 	 * policy serves a query's processes together.  Read without a lock
 	 * (lockGroupLeader and the pids): at worst one look late.  A slot that
-	 * another process has taken since this look read it, or a leader that
-	 * exited (pid 0), leaves the process a group of its own.
+	 * another process has taken since this look read it leaves the process
+	 * a group of its own, as a leader that exited does where its pid reads
+	 * 0 (PostgreSQL 17 and later; before, the pid stays: the same group).
 	 */
 	for (int i = 0; i < ncand; i++)
 	{
@@ -676,7 +677,7 @@ guard_measure(const GmLimits *l, const GmSnapshot *snaps, int n, bool observe, i
 		if (proc->pid != cands[i].pid)
 			continue;
 		leader = proc->lockGroupLeader;
-		if (leader == NULL || leader == (PGPROC *) proc)
+		if (leader == NULL || leader == &ProcGlobal->allProcs[cands[i].slot])
 			continue;
 		ls = leader - ProcGlobal->allProcs;
 		if (ls < 0 || ls >= nslots)
