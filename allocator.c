@@ -320,63 +320,102 @@ gm_monotonic_usec(void)
 }
 
 /*
- * A "Key:   N kB" line of /proc/PID/status (pid 0: this process) in bytes;
- * -1 if unknown.  Async-signal-safe (open/read/close, no stdio): the idle
+ * "Key:   N kB" lines of /proc/PID/status (pid 0: this process) in bytes,
+ * nkeys of them read at once into vals (-1 where unknown); returns how
+ * many it found.  Async-signal-safe (open/read/close, no stdio): the idle
  * point calls it in signal context.  The file is read whole, in pieces,
  * line by line: with many supplementary groups its Groups: line alone
- * exceeds 4 kB.  key includes the colon.
+ * exceeds 4 kB.  Each key includes its colon and is shorter than 32.
  */
-int64
-gm_proc_status_bytes(int pid, const char *key)
+int
+gm_proc_status_fields(int pid, const char *const *keys, int64 *vals, int nkeys)
 {
 	char		path[64];
 	char		buf[1024];
+	char		head[48];		/* a line's first characters */
+	int			len = 0;
+	int			found = 0;
 	ssize_t		n;
 	int			fd;
-	int			klen = strlen(key);
-	int			matched = 0;	/* chars of key matched at a line start; -1 = not at one */
-	bool		in_value = false;
-	bool		digits = false;
-	int64		kb = 0;
 
+	for (int k = 0; k < nkeys; k++)
+		vals[k] = -1;
 	if (pid == 0)
 		strcpy(path, "/proc/self/status");
 	else
 		snprintf(path, sizeof(path), "/proc/%d/status", pid);
 	if ((fd = open(path, O_RDONLY)) < 0)
-		return -1;
-	while ((n = read(fd, buf, sizeof(buf))) > 0)
+		return 0;
+	while (found < nkeys && (n = read(fd, buf, sizeof(buf))) > 0)
 	{
-		for (ssize_t i = 0; i < n; i++)
+		for (ssize_t i = 0; i < n && found < nkeys; i++)
 		{
-			char		c = buf[i];
+			if (buf[i] != '\n')
+			{
+				if (len < (int) sizeof(head) - 1)
+					head[len++] = buf[i];
+				continue;
+			}
+			head[len] = '\0';
+			for (int k = 0; k < nkeys; k++)
+			{
+				size_t		klen = strlen(keys[k]);
+				const char *p = head + klen;
+				int64		kb = 0;
+				bool		digits = false;
 
-			if (in_value)
-			{
-				if (c >= '0' && c <= '9')
+				if (vals[k] >= 0 || strncmp(head, keys[k], klen) != 0)
+					continue;
+				while (*p == ' ' || *p == '\t')
+					p++;
+				for (; *p >= '0' && *p <= '9'; p++, digits = true)
+					kb = kb * 10 + (*p - '0');
+				if (digits)
 				{
-					kb = kb * 10 + (c - '0');
-					digits = true;
+					vals[k] = kb * 1024;
+					found++;
 				}
-				else if (digits || (c != ' ' && c != '\t'))
-				{
-					close(fd);
-					return digits ? kb * 1024 : -1;
-				}
+				break;
 			}
-			else if (c == '\n')
-				matched = 0;
-			else if (matched >= 0 && c == key[matched])
-			{
-				if (++matched == klen)
-					in_value = true;
-			}
-			else
-				matched = -1;
+			len = 0;
 		}
 	}
 	close(fd);
-	return digits ? kb * 1024 : -1;
+	return found;
+}
+
+/* One "Key:   N kB" line of /proc/PID/status in bytes (gm_proc_status_fields); -1 if unknown. */
+int64
+gm_proc_status_bytes(int pid, const char *key)
+{
+	int64		val;
+
+	(void) gm_proc_status_fields(pid, &key, &val, 1);
+	return val;
+}
+
+/* This process's VmData and RssAnon in bytes, in one read of /proc/self/status (-1 where unknown). */
+void
+gm_proc_vmdata_rss(int64 *vmdata, int64 *rss)
+{
+	static const char *const keys[] = {"VmData:", "RssAnon:"};
+	int64		vals[2];
+
+	(void) gm_proc_status_fields(0, keys, vals, 2);
+	*vmdata = vals[0];
+	*rss = vals[1];
+}
+
+/* This process's VmSize and VmPeak in bytes, in one read of /proc/self/status (-1 where unknown). */
+void
+gm_proc_vmsize_peak(int64 *size, int64 *peak)
+{
+	static const char *const keys[] = {"VmSize:", "VmPeak:"};
+	int64		vals[2];
+
+	(void) gm_proc_status_fields(0, keys, vals, 2);
+	*size = vals[0];
+	*peak = vals[1];
 }
 
 /*

@@ -502,8 +502,7 @@ wait_for_memory(QueryDesc *queryDesc, int eflags)
 	if (tracked && !queryDesc->plannedstmt->parallelModeNeeded &&
 		gm_guard_measures_mapped(exec_peak, mapped_peak))
 	{
-		mapped_size0 = gm_proc_status_bytes(0, "VmSize:");
-		mapped_peak0 = gm_proc_status_bytes(0, "VmPeak:");
+		gm_proc_vmsize_peak(&mapped_size0, &mapped_peak0);
 		if (mapped_size0 >= 0 && mapped_peak0 >= 0)
 			mapped_desc = queryDesc;
 	}
@@ -1179,8 +1178,7 @@ utility_wait_for_memory(PlannedStmt *pstmt, GmUtilityMark *mark)
 
 		gm_mallinfo(&mi);
 		mark->free0 = (int64) mi.fordblks;
-		mark->vm_size0 = gm_proc_status_bytes(0, "VmSize:");
-		mark->vm_peak0 = gm_proc_status_bytes(0, "VmPeak:");
+		gm_proc_vmsize_peak(&mark->vm_size0, &mark->vm_peak0);
 	}
 	if (exec_peak < 0)
 		return (utility_reserved = gm_guard_take_start_share());

@@ -162,6 +162,12 @@ static int64 own_limit = GM_NO_LIMIT;
  */
 static int64 grant_pending = GM_NO_LIMIT;
 
+/*
+ * A top-level statement started since the last gm_guard_top_statement_end
+ * that looked at its limit: the end's /proc read is done once per statement.
+ */
+static bool statement_unchecked = false;
+
 /* The statement holds a start share (gm_guard_take_start_share), until gm_guard_wait_end. */
 static bool start_share_held = false;
 static int64 grant_limit = GM_NO_LIMIT;
@@ -382,6 +388,7 @@ gm_guard_statement_start(void)
 void
 gm_guard_top_statement_start(void)
 {
+	statement_unchecked = true;
 	/* A parallel worker's is taken at its statement start. */
 	if ((!IsParallelWorker() && first_limit()) || !gm_shmem_guard_statement_start())
 		return;
@@ -402,6 +409,10 @@ gm_guard_top_statement_end(void)
 	int64		vm;
 
 	gm_shmem_guard_reads_client(false);
+	/* Once per statement: its executor's end, else its transaction's. */
+	if (!statement_unchecked)
+		return;
+	statement_unchecked = false;
 	if (!gm_shmem_guard_engaged() || IsParallelWorker() || proc_exit_inprogress ||
 		(limit = gm_shmem_my_guard_limit()) == GM_NO_LIMIT)
 		return;
@@ -705,9 +716,9 @@ gm_guard_take_start_share(void)
 	if (!gm_shmem_guard_engaged())
 		return false;
 	admit_prepare();
-	if ((vm = gm_proc_status_bytes(0, "VmData:")) < 0)
+	gm_proc_vmdata_rss(&vm, &rss);
+	if (vm < 0)
 		return false;
-	rss = gm_proc_status_bytes(0, "RssAnon:");
 	now = gm_monotonic_usec();
 	gm_shmem_wait_lock();
 	taken = admission_taken(now, &room, &held);
@@ -840,8 +851,7 @@ wait_for_need(int64 need, bool may_wait)
 	first.need = need;
 	first.patience_ms = may_wait ? wait_ms() : 0;
 	/* Its base if it is admitted at once: read before the lock, not under it. */
-	first.vm = gm_proc_status_bytes(0, "VmData:");
-	first.rss = gm_proc_status_bytes(0, "RssAnon:");
+	gm_proc_vmdata_rss(&first.vm, &first.rss);
 	start = gm_monotonic_usec();
 	wait_entered = true;
 	r = admission_round(start, first.patience_ms == 0, &hopeless, &grant, &first);

@@ -27,7 +27,9 @@
 #    runs once the guard engages: it takes more and completes;
 #  - with the other sessions idle none holds a share (a new statement's
 #    DEBUG2 line), SELECT 1 runs, no admission is counted, 0 OOM kills,
-#    no restart.
+#    no restart;
+#  - a short statement reads /proc/self/status once (its start share)
+#    and /proc/self/statm once (its end), seen by strace.
 #
 # Needs a cgroup v1 memory directory writable by the test's user, named by
 # GM_TEST_CGROUP_V1.  The measurements are printed (diag), passing or not.
@@ -217,6 +219,29 @@ like($share_line // '', qr/^glibc_malloc start share: 16777216 of room \d+ taken
 	'with every other session idle, none holds a share: a new statement takes 16 MB');
 $d->quit;
 $_->quit for @kept;
+
+# What a short statement costs in system calls while the guard is
+# engaged (strace on its backend): 100 SELECTs, each in a transaction of
+# its own, each taking a start share.  Each reads /proc/self/status once
+# (VmData and RssAnon together, as its share is taken) and
+# /proc/self/statm once (its end's check, not again at its transaction's
+# end): each read twice before.
+{
+	my $n = 100;
+	my $s = $node->background_psql('postgres');
+	my $pid = $s->query_safe('SELECT pg_backend_pid()');
+	$s->query_safe('SELECT 1');
+	my @lines = GlibcMallocTest::traced_lines($pid, sub { $s->query_safe('SELECT 1') for 1 .. $n }, 'openat');
+	$s->quit;
+	my $status = grep { m{"/proc/self/status"} } @lines;
+	my $statm = grep { m{"/proc/self/statm"} } @lines;
+	diag sprintf('%d short statements with the guard engaged: %d opens of /proc/self/status, %d of /proc/self/statm, %d opens in all',
+		$n, $status, $statm, scalar @lines);
+	# (with room for a few reads of the idle point's, asked by the monitor)
+	cmp_ok($status, '<', 1.5 * $n, "$n short statements read /proc/self/status once each, not twice");
+	cmp_ok($statm, '<', 1.5 * $n, "$n short statements read /proc/self/statm once each, not twice");
+	cmp_ok($status, '>=', $n / 2, 'they did take start shares (the status reads are there)');
+}
 
 my $g1 = guard_counts($node);
 is(guard()->[0], 't', 'the guard was still engaged');

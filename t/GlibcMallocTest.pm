@@ -95,14 +95,14 @@ sub rss_anon
 	die "no RssAnon for $pid";
 }
 
-# Run $code while strace watches process $pid; return the number of brk,
-# mmap and munmap calls it made meanwhile.
-sub count_syscalls
+# Run $code while strace watches process $pid for the system calls
+# $trace (strace's -e trace=); return the lines it wrote.
+sub traced_lines
 {
-	my ($pid, $code) = @_;
+	my ($pid, $code, $trace) = @_;
 	my (undef, $file) = tempfile();
 	my $h = IPC::Run::start(
-		[ 'strace', '-qq', '-f', '-e', 'trace=brk,mmap,munmap', '-o', $file, '-p', $pid ],
+		[ 'strace', '-qq', '-f', '-e', "trace=$trace", '-o', $file, '-p', $pid ],
 		'<', \undef, '>', \my $out, '2>', \my $err);
 	# Wait until strace is attached (TracerPid set).
 	wait_for(sub { (`grep TracerPid /proc/$pid/status` =~ /(\d+)/)[0] != 0 }, 10)
@@ -112,9 +112,18 @@ sub count_syscalls
 	$h->signal('INT');
 	$h->finish;
 	open my $fh, '<', $file or die $!;
-	my $n = grep { /\b(?:brk|mmap|munmap)\(/ } <$fh>;
+	my @lines = <$fh>;
+	close $fh;
 	unlink $file;
-	return $n;
+	return @lines;
+}
+
+# Run $code while strace watches process $pid; return the number of brk,
+# mmap and munmap calls it made meanwhile.
+sub count_syscalls
+{
+	my ($pid, $code) = @_;
+	return scalar grep { /\b(?:brk|mmap|munmap)\(/ } traced_lines($pid, $code, 'brk,mmap,munmap');
 }
 
 # glibc_malloc_settings() of a session (node or BackgroundPsql), as
