@@ -326,8 +326,9 @@ gm_monotonic_usec(void)
  * point calls it in signal context.  The file is read whole, in pieces,
  * line by line: with many supplementary groups its Groups: line alone
  * exceeds 4 kB.  Each key includes its colon and is shorter than 32.
+ * snprintf only for another process (pid != 0), never in signal context.
  */
-int
+static int
 gm_proc_status_fields(int pid, const char *const *keys, int64 *vals, int nkeys)
 {
 	char		path[64];
@@ -335,7 +336,7 @@ gm_proc_status_fields(int pid, const char *const *keys, int64 *vals, int nkeys)
 	char		head[48];		/* a line's first characters */
 	int			len = 0;
 	int			found = 0;
-	ssize_t		n;
+	ssize_t		n = 0;
 	int			fd;
 
 	for (int k = 0; k < nkeys; k++)
@@ -346,11 +347,14 @@ gm_proc_status_fields(int pid, const char *const *keys, int64 *vals, int nkeys)
 		snprintf(path, sizeof(path), "/proc/%d/status", pid);
 	if ((fd = open(path, O_RDONLY)) < 0)
 		return 0;
-	while (found < nkeys && (n = read(fd, buf, sizeof(buf))) > 0)
+	for (;;)
 	{
-		for (ssize_t i = 0; i < n && found < nkeys; i++)
+		bool		eof = found == nkeys || (n = read(fd, buf, sizeof(buf))) <= 0;
+
+		/* (at its end, a last line without its newline) */
+		for (ssize_t i = 0; eof ? len > 0 : i < n && found < nkeys; i++)
 		{
-			if (buf[i] != '\n')
+			if (!eof && buf[i] != '\n')
 			{
 				if (len < (int) sizeof(head) - 1)
 					head[len++] = buf[i];
@@ -364,6 +368,7 @@ gm_proc_status_fields(int pid, const char *const *keys, int64 *vals, int nkeys)
 				int64		kb = 0;
 				bool		digits = false;
 
+				Assert(klen < 32);
 				if (vals[k] >= 0 || strncmp(head, keys[k], klen) != 0)
 					continue;
 				while (*p == ' ' || *p == '\t')
@@ -379,6 +384,8 @@ gm_proc_status_fields(int pid, const char *const *keys, int64 *vals, int nkeys)
 			}
 			len = 0;
 		}
+		if (eof)
+			break;
 	}
 	close(fd);
 	return found;
@@ -394,14 +401,14 @@ gm_proc_status_bytes(int pid, const char *key)
 	return val;
 }
 
-/* This process's VmData and RssAnon in bytes, in one read of /proc/self/status (-1 where unknown). */
+/* A process's VmData and RssAnon in bytes (pid 0: this one's), in one read of its status (-1 where unknown). */
 void
-gm_proc_vmdata_rss(int64 *vmdata, int64 *rss)
+gm_proc_vmdata_rss(int pid, int64 *vmdata, int64 *rss)
 {
 	static const char *const keys[] = {"VmData:", "RssAnon:"};
 	int64		vals[2];
 
-	(void) gm_proc_status_fields(0, keys, vals, 2);
+	(void) gm_proc_status_fields(pid, keys, vals, 2);
 	*vmdata = vals[0];
 	*rss = vals[1];
 }

@@ -759,7 +759,7 @@ static void
 executor_ended(void)
 {
 	if (nesting == 0)
-		gm_guard_top_statement_end();
+		gm_guard_top_statement_end(true);
 }
 
 /*
@@ -812,6 +812,9 @@ gm_ExecutorRun(GM_ER_ARGS)
 {
 	volatile bool granted = nesting == 0 && queryDesc == reserved_desc;
 
+	/* (a portal resumed by a client's Execute starts nothing else) */
+	if (nesting == 0)
+		gm_guard_top_statement_runs();
 	/* A grant's limit is in force while its executor runs. */
 	if (granted)
 		gm_guard_grant_run(true);
@@ -986,7 +989,7 @@ gm_xact_callback(XactEvent event, void *arg)
 		/* (its own error ends it in gm_ProcessUtility, before the abort) */
 		if (!utility_reserved)
 			gm_guard_wait_end();
-		gm_guard_top_statement_end();
+		gm_guard_top_statement_end(nesting == 0);
 	}
 	/* The error is handled; a worker's never raised again is forgotten. */
 	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
@@ -1073,7 +1076,7 @@ gm_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		exec_desc = NULL;
 		planned_share = plan_tried = false;
 		gm_guard_wait_end();
-		gm_guard_top_statement_end();
+		gm_guard_top_statement_end(true);
 	}
 }
 
@@ -1285,7 +1288,7 @@ gm_ProcessUtility(GM_PU_ARGS)
 		if (params_set && params_nested)
 			params_end();
 		if (top)
-			gm_guard_top_statement_end();
+			gm_guard_top_statement_end(true);
 		/* Counted with the grant's limit in force; the HINT allocates, after it. */
 		caught_error_counted(false);
 		if (admitted)
@@ -1303,7 +1306,7 @@ gm_ProcessUtility(GM_PU_ARGS)
 	if (params_set && params_nested)
 		params_end();
 	if (top)
-		gm_guard_top_statement_end();
+		gm_guard_top_statement_end(true);
 	/* Its reservation or grant ends with it. */
 	if (admitted)
 	{

@@ -163,8 +163,9 @@ static int64 own_limit = GM_NO_LIMIT;
 static int64 grant_pending = GM_NO_LIMIT;
 
 /*
- * A top-level statement started since the last gm_guard_top_statement_end
- * that looked at its limit: the end's /proc read is done once per statement.
+ * A top-level statement started or ran since the last
+ * gm_guard_top_statement_end that read what it maps at its end: that
+ * /proc read is done once per statement.
  */
 static bool statement_unchecked = false;
 
@@ -396,28 +397,37 @@ gm_guard_top_statement_start(void)
 }
 
 /*
- * A top-level statement, or its transaction, ended: a flag in the slot.
- * While the guard is engaged, a limit within the reserve's floor of what
- * the process maps (a working statement used its reserve up, the budget
- * empty) wakes the monitor, whose next look that counts the process idle
- * gives its reserve back sooner.  Allocates nothing.
+ * A top-level statement, or its transaction, ended (last), or a
+ * transaction ended inside it (a procedure's COMMIT, VACUUM's own
+ * transactions): a flag in the slot.  While the guard is engaged, a limit
+ * within the reserve's floor of what the process maps (a working
+ * statement used its reserve up, the budget empty) wakes the monitor,
+ * whose next look that counts the process idle gives its reserve back
+ * sooner.  What it maps is read once per statement that started or ran
+ * since (its executor's end, else its transaction's), and at each
+ * transaction's end inside it.  Allocates nothing.
  */
 void
-gm_guard_top_statement_end(void)
+gm_guard_top_statement_end(bool last)
 {
 	int64		limit;
 	int64		vm;
 
 	gm_shmem_guard_reads_client(false);
-	/* Once per statement: its executor's end, else its transaction's. */
-	if (!statement_unchecked)
+	if (!statement_unchecked || !gm_shmem_guard_engaged() || IsParallelWorker() ||
+		proc_exit_inprogress || (limit = gm_shmem_my_guard_limit()) == GM_NO_LIMIT)
 		return;
-	statement_unchecked = false;
-	if (!gm_shmem_guard_engaged() || IsParallelWorker() || proc_exit_inprogress ||
-		(limit = gm_shmem_my_guard_limit()) == GM_NO_LIMIT)
-		return;
+	if (last)
+		statement_unchecked = false;
 	if ((vm = gm_proc_statm_data_bytes()) >= 0 && limit - vm < (int64) 1024 * 1024)
 		gm_shmem_guard_wake();
+}
+
+/* A top-level statement's executor runs (a portal resumed too): its end reads what it maps. */
+void
+gm_guard_top_statement_runs(void)
+{
+	statement_unchecked = true;
 }
 
 /*
@@ -698,7 +708,7 @@ admission_taken(int64 now, int64 *room, int *held)
  * (at most GM_GUARD_START_WAIT_MS, not for memory) until the guard's limit
  * covers it.  None left, or the guard not engaged: nothing, it runs as
  * before, served by its growth.  Returns whether it holds one.  One
- * exclusive lock and two reads of /proc/self/status, only while engaged.
+ * exclusive lock and one read of /proc/self/status, only while engaged.
  */
 bool
 gm_guard_take_start_share(void)
@@ -716,7 +726,7 @@ gm_guard_take_start_share(void)
 	if (!gm_shmem_guard_engaged())
 		return false;
 	admit_prepare();
-	gm_proc_vmdata_rss(&vm, &rss);
+	gm_proc_vmdata_rss(0, &vm, &rss);
 	if (vm < 0)
 		return false;
 	now = gm_monotonic_usec();
@@ -851,7 +861,7 @@ wait_for_need(int64 need, bool may_wait)
 	first.need = need;
 	first.patience_ms = may_wait ? wait_ms() : 0;
 	/* Its base if it is admitted at once: read before the lock, not under it. */
-	gm_proc_vmdata_rss(&first.vm, &first.rss);
+	gm_proc_vmdata_rss(0, &first.vm, &first.rss);
 	start = gm_monotonic_usec();
 	wait_entered = true;
 	r = admission_round(start, first.patience_ms == 0, &hopeless, &grant, &first);

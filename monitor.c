@@ -551,17 +551,21 @@ guard_measure(const GmLimits *l, const GmSnapshot *snaps, int n, bool observe, i
 		}
 		else
 		{
-			if ((vm = gm_proc_status_bytes(s->pid, "VmData:")) < 0)
+			int64		rss;
+
+			/* Both in one read of its status. */
+			gm_proc_vmdata_rss(s->pid, &vm, &rss);
+			if (vm < 0)
 				continue;
 
 			/*
 			 * RssAnon only counts for a working process (the policy takes
-			 * what it mapped but not resident off the budget): not read for
-			 * one that waits for its client and started nothing.
+			 * what it mapped but not resident off the budget): not for one
+			 * that waits for its client and started nothing.
 			 */
 			if (!waits || in_statement || starts != g->starts)
 			{
-				if ((c->rss = gm_proc_status_bytes(s->pid, "RssAnon:")) < 0)
+				if ((c->rss = rss) < 0)
 					continue;	/* gone meanwhile */
 			}
 			else
@@ -1674,8 +1678,8 @@ process_row(ReturnSetInfo *rsinfo, int pid, const char *type, PGPROC *proc)
 {
 	Datum		values[8];
 	bool		nulls[8] = {0};
-	int64		vm = gm_proc_status_bytes(pid, "VmData:");
-	int64		rss = gm_proc_status_bytes(pid, "RssAnon:");
+	int64		vm;
+	int64		rss;
 	int64		soft;
 	int64		hard;
 	int64		orig = GM_NO_LIMIT;
@@ -1684,6 +1688,7 @@ process_row(ReturnSetInfo *rsinfo, int pid, const char *type, PGPROC *proc)
 	bool		covered = false;
 	int			j = 0;
 
+	gm_proc_vmdata_rss(pid, &vm, &rss);
 	if (proc != NULL &&
 		!gm_shmem_limits(GM_PROC_NUMBER(proc), pid, &orig, &own, &guard, &covered))
 		own = guard = GM_NO_LIMIT;

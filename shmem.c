@@ -1558,8 +1558,8 @@ gm_shmem_wait_note_look(GmWaitLook *looks)
 	{
 		GmWaitLook *lk = &looks[k];
 
-		if ((lk->vmdata = gm_proc_status_bytes(lk->pid, "VmData:")) < 0 ||
-			(lk->gap = gm_proc_status_bytes(lk->pid, "RssAnon:")) < 0)
+		gm_proc_vmdata_rss(lk->pid, &lk->vmdata, &lk->gap);
+		if (lk->vmdata < 0 || lk->gap < 0)
 			continue;
 		lk->gap = Max(lk->vmdata - lk->gap, 0);
 		lk->grew = lk->before >= 0 && lk->vmdata > lk->before;
@@ -1713,7 +1713,7 @@ gm_shmem_wait_note_base(void)
 
 	if (!gm_shmem_wait_ready() || wait_state(&my_slot->wait) != GM_WAIT_ADMITTED)
 		return -1;
-	gm_proc_vmdata_rss(&vm, &rss);
+	gm_proc_vmdata_rss(0, &vm, &rss);
 	LWLockAcquire(shared->wait_lock, LW_EXCLUSIVE);
 	gm_shmem_wait_set_base(vm, rss);
 	LWLockRelease(shared->wait_lock);

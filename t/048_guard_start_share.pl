@@ -29,7 +29,8 @@
 #    DEBUG2 line), SELECT 1 runs, no admission is counted, 0 OOM kills,
 #    no restart;
 #  - a short statement reads /proc/self/status once (its start share)
-#    and /proc/self/statm once (its end), seen by strace.
+#    and /proc/self/statm once (its end), seen by strace; a CALL that
+#    commits inside reads statm at that commit and at its end.
 #
 # Needs a cgroup v1 memory directory writable by the test's user, named by
 # GM_TEST_CGROUP_V1.  The measurements are printed (diag), passing or not.
@@ -231,8 +232,7 @@ $_->quit for @kept;
 	my $s = $node->background_psql('postgres');
 	my $pid = $s->query_safe('SELECT pg_backend_pid()');
 	$s->query_safe('SELECT 1');
-	my @lines = GlibcMallocTest::traced_lines($pid, sub { $s->query_safe('SELECT 1') for 1 .. $n }, 'openat');
-	$s->quit;
+	my @lines = GlibcMallocTest::traced_lines($pid, sub { $s->query_safe('SELECT 1') for 1 .. $n }, 'open,openat');
 	my $status = grep { m{"/proc/self/status"} } @lines;
 	my $statm = grep { m{"/proc/self/statm"} } @lines;
 	diag sprintf('%d short statements with the guard engaged: %d opens of /proc/self/status, %d of /proc/self/statm, %d opens in all',
@@ -241,6 +241,17 @@ $_->quit for @kept;
 	cmp_ok($status, '<', 1.5 * $n, "$n short statements read /proc/self/status once each, not twice");
 	cmp_ok($statm, '<', 1.5 * $n, "$n short statements read /proc/self/statm once each, not twice");
 	cmp_ok($status, '>=', $n / 2, 'they did take start shares (the status reads are there)');
+	cmp_ok($statm, '>=', $n / 2, 'their ends did read what they map (the statm reads are there)');
+
+	# A procedure that commits inside its CALL: the end of the transaction
+	# inside it reads, and so does the CALL's end, after it.
+	$s->query_safe(q{CREATE PROCEDURE gm_commits() LANGUAGE plpgsql AS $$BEGIN PERFORM 1; COMMIT; PERFORM length(repeat('x', 1000)); END$$});
+	@lines = GlibcMallocTest::traced_lines($pid, sub { $s->query_safe('CALL gm_commits()') }, 'open,openat');
+	$statm = grep { m{"/proc/self/statm"} } @lines;
+	diag "a CALL that commits inside: $statm opens of /proc/self/statm";
+	cmp_ok($statm, '>=', 2, 'a CALL that commits inside reads what it maps at that commit and at its own end');
+	$s->query_safe('DROP PROCEDURE gm_commits()');
+	$s->quit;
 }
 
 my $g1 = guard_counts($node);
