@@ -533,7 +533,7 @@ guard_measure(const GmLimits *l, const GmSnapshot *snaps, int n, bool observe, i
 		prev_vm = g->read_pid == s->pid ? g->read_vmdata : -1;
 
 		/*
-		 * /proc/PID/status, twice, is most of a look's cost: read it again
+		 * /proc/PID/status (one read) is most of a look's cost: read it again
 		 * only for a process that may have changed.  One that the last look
 		 * counted as idle, with its limit set (a statement that starts in
 		 * it counts in its slot's starts), no start since, still waiting for
@@ -566,7 +566,7 @@ guard_measure(const GmLimits *l, const GmSnapshot *snaps, int n, bool observe, i
 			if (!waits || in_statement || starts != g->starts)
 			{
 				if ((c->rss = rss) < 0)
-					continue;	/* gone meanwhile */
+					continue;	/* no RssAnon (a kernel before 4.5) */
 			}
 			else
 				c->rss = vm;
