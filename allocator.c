@@ -321,14 +321,14 @@ gm_monotonic_usec(void)
 
 /*
  * "Key:   N kB" lines of /proc/PID/status (pid 0: this process) in bytes,
- * nkeys of them read at once into vals (-1 where unknown); returns how
- * many it found.  Async-signal-safe (open/read/close, no stdio): the idle
- * point calls it in signal context.  The file is read whole, in pieces,
+ * nkeys of them read at once into vals (-1 where unknown).
+ * Async-signal-safe (open/read/close, no stdio): the idle point calls it
+ * in signal context.  The file is read whole, in pieces,
  * line by line: with many supplementary groups its Groups: line alone
  * exceeds 4 kB.  Each key includes its colon and is shorter than 32.
  * snprintf only for another process (pid != 0), never in signal context.
  */
-static int
+static void
 gm_proc_status_fields(int pid, const char *const *keys, int64 *vals, int nkeys)
 {
 	char		path[64];
@@ -346,13 +346,13 @@ gm_proc_status_fields(int pid, const char *const *keys, int64 *vals, int nkeys)
 	else
 		snprintf(path, sizeof(path), "/proc/%d/status", pid);
 	if ((fd = open(path, O_RDONLY)) < 0)
-		return 0;
+		return;
 	for (;;)
 	{
 		bool		eof = found == nkeys || (n = read(fd, buf, sizeof(buf))) <= 0;
 
-		/* (at its end, a last line without its newline) */
-		for (ssize_t i = 0; eof ? len > 0 : i < n && found < nkeys; i++)
+		/* (at the file's end, not a read error's, a last line without its newline) */
+		for (ssize_t i = 0; eof ? len > 0 && n == 0 : i < n && found < nkeys; i++)
 		{
 			if (!eof && buf[i] != '\n')
 			{
@@ -388,7 +388,6 @@ gm_proc_status_fields(int pid, const char *const *keys, int64 *vals, int nkeys)
 			break;
 	}
 	close(fd);
-	return found;
 }
 
 /* One "Key:   N kB" line of /proc/PID/status in bytes (gm_proc_status_fields); -1 if unknown. */
@@ -397,7 +396,7 @@ gm_proc_status_bytes(int pid, const char *key)
 {
 	int64		val;
 
-	(void) gm_proc_status_fields(pid, &key, &val, 1);
+	gm_proc_status_fields(pid, &key, &val, 1);
 	return val;
 }
 
@@ -408,7 +407,7 @@ gm_proc_vmdata_rss(int pid, int64 *vmdata, int64 *rss)
 	static const char *const keys[] = {"VmData:", "RssAnon:"};
 	int64		vals[2];
 
-	(void) gm_proc_status_fields(pid, keys, vals, 2);
+	gm_proc_status_fields(pid, keys, vals, 2);
 	*vmdata = vals[0];
 	*rss = vals[1];
 }
@@ -420,7 +419,7 @@ gm_proc_vmsize_peak(int64 *size, int64 *peak)
 	static const char *const keys[] = {"VmSize:", "VmPeak:"};
 	int64		vals[2];
 
-	(void) gm_proc_status_fields(0, keys, vals, 2);
+	gm_proc_status_fields(0, keys, vals, 2);
 	*size = vals[0];
 	*peak = vals[1];
 }
