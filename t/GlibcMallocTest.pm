@@ -20,7 +20,7 @@ our @EXPORT = qw(new_node workload seed_sort_table seed_sort glibc_params glibc_
   count_syscalls settings_of parallel_option wait_for check_clean_server test_module
   write_file test_cgroup_v1 enter_cgroup_v1 cgroup_v1_oom_kills wait_for_log_text
   start_filler test_cgroup cgroup_version enter_cgroup cgroup_oom_kills cgroup_oom_group
-  cgroup_oom_group_kills cgroup_limit_hits cgroup_peak finish_query guard_counts);
+  cgroup_oom_group_kills cgroup_limit_hits cgroup_peak finish_query guard_counts cgroup_v1_counted);
 
 # A workload's SQL from bench/NAME.sql (shared with the benchmark and the
 # demo), without its final semicolon.
@@ -216,6 +216,31 @@ sub cgroup_v1_oom_kills
 {
 	my ($cg) = @_;
 	return (PostgreSQL::Test::Utils::slurp_file("$cg/memory.oom_control") =~ /oom_kill (\d+)/)[0] // 0;
+}
+
+# What the guard counts of the cgroup v1 memory directory $cg, read from
+# the kernel now (not at the monitor's last look): its usage less its file
+# pages.  With $settle, read again every second until two reads differ by
+# less than 2 MB (at most 20 s): sessions that just connected still grow.
+sub cgroup_v1_counted
+{
+	my ($cg, $settle) = @_;
+	my $read = sub {
+		my $stat = PostgreSQL::Test::Utils::slurp_file("$cg/memory.stat");
+		my $file = 0;
+		$file += $1 while $stat =~ /^total_(?:in)?active_file (\d+)$/mg;
+		return PostgreSQL::Test::Utils::slurp_file("$cg/memory.usage_in_bytes") - $file;
+	};
+	my $v = $read->();
+	return $v unless $settle;
+	for (1 .. 20)
+	{
+		sleep 1;
+		my $w = $read->();
+		return $w if abs($w - $v) < 2 * 2**20;
+		$v = $w;
+	}
+	return $v;
 }
 
 # The memory cgroup the test may use, cgroup v1 or v2: GM_TEST_CGROUP_V2, a
