@@ -77,14 +77,7 @@ TRUNCATE m;
 SQL
 
 # The cgroup's usage without its page cache, as the guard counts it.
-sub usage
-{
-	my $use = slurp_file("$cg/memory.usage_in_bytes");
-	my $stat = slurp_file("$cg/memory.stat");
-	my ($active) = $stat =~ /^total_active_file (\d+)/m;
-	my ($inactive) = $stat =~ /^total_inactive_file (\d+)/m;
-	return $use - ($active // 0) - ($inactive // 0);
-}
+sub usage { return cgroup_v1_counted($cg) }
 
 # A process that samples usage() every 10 ms into a file, until killed.
 sub start_sampler
