@@ -6,7 +6,7 @@ OBJS = glibc_malloc.o settings.o allocator.o stats.o doctor.o guard.o monitor.o 
 EXTENSION = glibc_malloc
 # The version has one source: the control file.
 EXTVERSION = $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" $(dir $(firstword $(MAKEFILE_LIST)))glibc_malloc.control)
-DATA = glibc_malloc--1.0.sql glibc_malloc--1.0--1.1.sql glibc_malloc--1.1--1.2.sql glibc_malloc--1.2--1.3.sql glibc_malloc--1.3--1.4.sql glibc_malloc--1.4--1.5.sql glibc_malloc--1.5--1.6.sql glibc_malloc--1.6--1.7.sql
+DATA = glibc_malloc--1.0.sql glibc_malloc--1.0--1.1.sql glibc_malloc--1.1--1.2.sql glibc_malloc--1.2--1.3.sql glibc_malloc--1.3--1.4.sql glibc_malloc--1.4--1.5.sql glibc_malloc--1.5--1.6.sql glibc_malloc--1.6--1.7.sql glibc_malloc--1.7--1.8.sql
 PGFILEDESC = "glibc_malloc - glibc malloc tunables under PostgreSQL control"
 
 REGRESS = glibc_malloc_gucs glibc_malloc_prefix glibc_malloc_presets glibc_malloc_limits glibc_malloc_functions glibc_malloc_effect glibc_malloc_permissions glibc_malloc_backends glibc_malloc_upgrade

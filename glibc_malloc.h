@@ -375,6 +375,10 @@ typedef enum GmWaitCount
 								 * grant, their need not fitting */
 	GM_WAIT_RETURNS,			/* reservations that went back before their
 								 * statement ended (not grown, or waiting) */
+	GM_WAIT_START_SHARES,		/* statements that took a start share */
+	GM_WAIT_EXEC_ASKS,			/* running statements near their limit that
+								 * asked the budget for more */
+	GM_WAIT_EXEC_SHARES,		/* ... and got some, and paused for the look */
 	GM_NWAIT_COUNTS
 } GmWaitCount;
 struct GmAdmitWaiter;

@@ -744,6 +744,7 @@ gm_guard_take_start_share(void)
 		 share, room, taken, held);
 	if (share == 0)
 		return false;
+	gm_shmem_wait_count(GM_WAIT_START_SHARES, 1);
 	looks0 = gm_shmem_wait_looks();
 	wait_for_reserved_limit(vm + share, looks0, 0);
 	return true;
@@ -827,8 +828,10 @@ gm_guard_executor_check(GmExecCheck *check)
 	gm_shmem_wait_unlock();
 	elog(DEBUG2, "glibc_malloc executor share: " INT64_FORMAT " at " INT64_FORMAT " of limit " INT64_FORMAT " room " INT64_FORMAT " taken " INT64_FORMAT " held %d",
 		 share, vm, movable, room, taken, held);
+	gm_shmem_wait_count(GM_WAIT_EXEC_ASKS, 1);
 	if (share == 0)
 		return false;
+	gm_shmem_wait_count(GM_WAIT_EXEC_SHARES, 1);
 	check->last_vm = vm;
 	check->last_share = share;
 	if (grant_limit != GM_NO_LIMIT)

@@ -1596,8 +1596,8 @@ glibc_malloc_guard(PG_FUNCTION_ARGS)
 {
 	GmMonitorState c;
 	TupleDesc	tupdesc;
-	Datum		values[27];
-	bool		nulls[27] = {0};
+	Datum		values[30];
+	bool		nulls[30] = {0};
 	int64		waits[GM_NWAIT_COUNTS];
 	int64		cap_errors;
 	int64		guard_errors;
@@ -1608,11 +1608,12 @@ glibc_malloc_guard(PG_FUNCTION_ARGS)
 	 * 13 columns before 1.7; 1.7 added reserve_bytes, reserve_shrunk,
 	 * oom_kills, oom_group_kills, memory_wait's six counts, mode,
 	 * would_limit, would_fail and reservations_returned (23 and 26: builds
-	 * of 1.7 before the last four and the last one).
+	 * of 1.7 before the last four and the last one); 1.8 start_shares,
+	 * executor_asks and executor_shares.
 	 */
 	monitor_state_for_sql(fcinfo, &c, &tupdesc, -1);
 	if (tupdesc->natts != 13 && tupdesc->natts != 23 && tupdesc->natts != 26 &&
-		tupdesc->natts != 27)
+		tupdesc->natts != 27 && tupdesc->natts != 30)
 		elog(ERROR, "incorrect number of output arguments");
 	gm_shmem_oom_counts(&cap_errors, &guard_errors);
 	gm_guard_levels(c.limit_bytes, &lv);
@@ -1668,6 +1669,12 @@ glibc_malloc_guard(PG_FUNCTION_ARGS)
 	}
 	if (tupdesc->natts >= 27)
 		values[j++] = Int64GetDatum(waits[GM_WAIT_RETURNS]);
+	if (tupdesc->natts >= 30)
+	{
+		values[j++] = Int64GetDatum(waits[GM_WAIT_START_SHARES]);
+		values[j++] = Int64GetDatum(waits[GM_WAIT_EXEC_ASKS]);
+		values[j++] = Int64GetDatum(waits[GM_WAIT_EXEC_SHARES]);
+	}
 	Assert(j == tupdesc->natts);
 	PG_RETURN_DATUM(HeapTupleGetDatum(heap_form_tuple(tupdesc, values, nulls)));
 }

@@ -191,3 +191,36 @@ SELECT count(*) >= 0 AS reads FROM glibc_malloc_statements();
 DROP VIEW my_guard, my_monitor, my_statements;
 DROP OWNED BY regress_glibc_malloc_reader;
 DROP ROLE regress_glibc_malloc_reader;
+
+-- 1.7 to 1.8: glibc_malloc_guard gains the counts of the guard's shares
+-- of its budget.  A user's view over it and a role allowed to read it
+-- (EXECUTE on the 1.7 function, granted on to others) survive the update.
+DROP EXTENSION glibc_malloc;
+CREATE EXTENSION glibc_malloc VERSION '1.7';
+SELECT count(*) AS guard_columns FROM pg_attribute WHERE attrelid = 'glibc_malloc_guard'::regclass AND attnum > 0;
+CREATE ROLE regress_glibc_malloc_reader;
+CREATE VIEW my_guard AS SELECT enabled, guard_errors, reservations_returned FROM glibc_malloc_guard;
+GRANT SELECT ON glibc_malloc_guard TO regress_glibc_malloc_reader;
+GRANT EXECUTE ON FUNCTION glibc_malloc_guard_1_7() TO regress_glibc_malloc_reader WITH GRANT OPTION;
+ALTER EXTENSION glibc_malloc UPDATE TO '1.8';
+SELECT extversion FROM pg_extension WHERE extname = 'glibc_malloc';
+-- The columns 1.8 appended, after 1.7's.
+SELECT attnum, attname, atttypid::regtype AS type FROM pg_attribute
+WHERE attrelid = 'glibc_malloc_guard'::regclass AND attnum > 27 ORDER BY attnum;
+SELECT start_shares >= 0 AS start_shares, executor_asks >= 0 AS asks,
+       executor_shares >= 0 AND executor_shares <= executor_asks AS shares FROM glibc_malloc_guard;
+SELECT enabled IS NOT NULL AS reads, guard_errors >= 0 AS counts FROM my_guard;
+SELECT f AS function,
+       has_function_privilege('regress_glibc_malloc_reader', f, 'execute') AS reader,
+       has_function_privilege('regress_glibc_malloc_reader', f, 'execute WITH GRANT OPTION') AS reader_may_grant,
+       has_function_privilege('public', f, 'execute') AS public,
+       has_function_privilege('pg_read_all_stats', f, 'execute') AS stats
+FROM unnest(ARRAY['glibc_malloc_guard_1_7()', 'glibc_malloc_guard_1_8()']) f;
+SET ROLE regress_glibc_malloc_reader;
+SELECT count(*) AS guard_rows FROM glibc_malloc_guard;
+RESET ROLE;
+-- The 1.7 function stays, with 1.7's columns, for what may call it.
+SELECT reservations_returned >= 0 AS counts FROM glibc_malloc_guard_1_7();
+DROP VIEW my_guard;
+DROP OWNED BY regress_glibc_malloc_reader;
+DROP ROLE regress_glibc_malloc_reader;

@@ -93,10 +93,11 @@ for my $m (qw(enabled engaged limited_processes guard_errors max_backend_memory_
 # kernel does not keep here (oom_kills, oom_group_kills NULL) is NaN, and
 # the scrape does not fail.
 my %g;
-@g{qw(reserve_bytes reserve_shrunk oom_kills oom_group_kills waits wait_time admissions wait_timeouts wait_skips unreserved_runs would_limit would_fail reservations_returned mode)} = split /\|/,
-  $node->safe_psql('postgres', 'SELECT coalesce(reserve_bytes, 0), coalesce(reserve_shrunk, false)::int, oom_kills, oom_group_kills, waits, wait_time, admissions, wait_timeouts, wait_skips, unreserved_runs, would_limit, would_fail, reservations_returned, mode FROM glibc_malloc_guard'),
+@g{qw(reserve_bytes reserve_shrunk oom_kills oom_group_kills waits wait_time admissions wait_timeouts wait_skips unreserved_runs would_limit would_fail reservations_returned start_shares executor_asks executor_shares mode)} = split /\|/,
+  $node->safe_psql('postgres', 'SELECT coalesce(reserve_bytes, 0), coalesce(reserve_shrunk, false)::int, oom_kills, oom_group_kills, waits, wait_time, admissions, wait_timeouts, wait_skips, unreserved_runs, would_limit, would_fail, reservations_returned, start_shares, executor_asks, executor_shares, mode FROM glibc_malloc_guard'),
   -1;
-for my $m (qw(reserve_bytes reserve_shrunk waits admissions wait_timeouts wait_skips unreserved_runs would_limit would_fail reservations_returned))
+# (and the columns 1.8 added)
+for my $m (qw(reserve_bytes reserve_shrunk waits admissions wait_timeouts wait_skips unreserved_runs would_limit would_fail reservations_returned start_shares executor_asks executor_shares))
 {
 	is(metric("glibc_malloc_guard_$m"), $g{$m}, "glibc_malloc_guard_$m as in the view");
 }
@@ -113,7 +114,7 @@ for my $m (qw(oom_kills oom_group_kills))
 		is($v, $g{$m}, "glibc_malloc_guard_$m as in the view");
 	}
 }
-for my $m (qw(oom_kills oom_group_kills waits wait_time_seconds admissions wait_timeouts wait_skips unreserved_runs would_limit would_fail reservations_returned))
+for my $m (qw(oom_kills oom_group_kills waits wait_time_seconds admissions wait_timeouts wait_skips unreserved_runs would_limit would_fail reservations_returned start_shares executor_asks executor_shares))
 {
 	like($metrics, qr/^# TYPE glibc_malloc_guard_$m counter$/m, "glibc_malloc_guard_$m is typed counter");
 }

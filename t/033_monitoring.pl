@@ -391,7 +391,7 @@ for my $vc (sort keys %not_exported)
 # The columns 1.7 added, by name.
 like($query{glibc_malloc_guard}, qr/\b$_\b/, "glibc_malloc_guard's query exports $_")
   for qw(reserve_bytes reserve_shrunk oom_kills oom_group_kills waits wait_time admissions wait_timeouts wait_skips unreserved_runs reservations_returned
-  would_limit would_fail);
+  would_limit would_fail start_shares executor_asks executor_shares);
 like($query{glibc_malloc_guard_mode}, qr/\bg\.mode\b/, "glibc_malloc_guard_mode's query reads glibc_malloc_guard.mode");
 is_deeply([ map { $_->[1] } @{ $columns{glibc_malloc_guard_mode} } ], [qw(LABEL GAUGE)], 'the mode is a label of a gauge of its own');
 like($query{glibc_malloc_monitor}, qr/\benabled\b/, "glibc_malloc_monitor's query exports enabled (MonitorDown's condition)");
@@ -413,7 +413,8 @@ is($node->safe_psql('postgres', q{SELECT string_agg(attname, ',' ORDER BY attnum
 like($query{glibc_malloc_monitor}, qr/\bcommit_headroom_bytes\b/, "glibc_malloc_monitor's query exports commit_headroom_bytes");
 like($query{glibc_malloc_statements_top}, qr/\b$_\b/, "glibc_malloc_statements_top's query exports $_") for qw(waits wait_time);
 is($exported{"glibc_malloc_guard_$_"}, 'COUNTER', "glibc_malloc_guard_$_ is a counter")
-  for qw(oom_kills oom_group_kills waits wait_time_seconds admissions wait_timeouts wait_skips unreserved_runs would_limit would_fail reservations_returned);
+  for qw(oom_kills oom_group_kills waits wait_time_seconds admissions wait_timeouts wait_skips unreserved_runs would_limit would_fail reservations_returned
+  start_shares executor_asks executor_shares);
 is($exported{"glibc_malloc_guard_$_"}, 'GAUGE', "glibc_malloc_guard_$_ is a gauge") for qw(reserve_bytes reserve_shrunk);
 is($exported{glibc_malloc_monitor_commit_headroom_bytes}, 'GAUGE', 'glibc_malloc_monitor_commit_headroom_bytes is a gauge');
 is($exported{"glibc_malloc_statements_top_$_"}, 'COUNTER', "glibc_malloc_statements_top_$_ is a counter") for qw(waits wait_time_seconds);

@@ -30,7 +30,10 @@
 #    no restart;
 #  - a short statement reads /proc/self/status once (its start share)
 #    and /proc/self/statm once (its end), seen by strace; a CALL that
-#    commits inside reads statm at that commit and at its end.
+#    commits inside reads statm at that commit and at its end;
+#  - glibc_malloc_guard counts the start shares (start_shares) and what
+#    running statements asked for and got (executor_asks,
+#    executor_shares).
 #
 # Needs a cgroup v1 memory directory writable by the test's user, named by
 # GM_TEST_CGROUP_V1.  The measurements are printed (diag), passing or not.
@@ -64,6 +67,7 @@ $node->safe_psql('postgres', 'CREATE TABLE sortme AS SELECT g, md5(g::text) m FR
 ok(wait_for(sub { (guard_counts($node)->[2] || 0) > 0 }, 10), "the monitor read the cgroup's limit");
 
 sub guard { [ split /\|/, $node->safe_psql('postgres', 'SELECT engaged, usage_bytes, target_bytes FROM glibc_malloc_guard') ] }
+sub shares { split /\|/, $node->safe_psql('postgres', 'SELECT start_shares, executor_asks, executor_shares FROM glibc_malloc_guard') }
 sub headroom { my $g = guard(); return $g->[2] - $g->[1] }
 
 # Working statements that do not grow, begun before the others.
@@ -180,6 +184,7 @@ for my $form ('in the executor', 'in the planner')
 {
 	my $rows = 800000;
 	my ($completed, $failed, $took, $roomy) = (0, 0, 0, 0);
+	my @shares0 = shares();
 	my @idle = map { $node->background_psql('postgres', on_error_stop => 0) } 1 .. $tries;
 	$_->query_safe("SET work_mem = '1GB'; SET max_parallel_workers_per_gather = 0") for @idle;
 	sleep 1;
@@ -202,6 +207,11 @@ for my $form ('in the executor', 'in the planner')
 	is($roomy, $tries, 'each sort started with at least 115 MB of headroom (the sessions kept open hold their reserves)');
 	is($took, $tries, 'each sort took more from the budget as it ran (its DEBUG2 lines)');
 	is($completed, $tries, "$tries of $tries sorts of about 100 MB, each growing past its start share beside $sleepers working statements, complete");
+	# glibc_malloc_guard counts what they asked for and got as they ran.
+	my @shares1 = shares();
+	diag sprintf('glibc_malloc_guard: executor_asks +%d, executor_shares +%d', $shares1[1] - $shares0[1], $shares1[2] - $shares0[2]);
+	cmp_ok($shares1[2] - $shares0[2], '>=', $took, 'executor_shares counts each sort that took more as it ran');
+	cmp_ok($shares1[1] - $shares0[1], '>=', $shares1[2] - $shares0[2], 'executor_asks counts those asks, and any that got nothing');
 }
 
 # With every other session idle, none holds a share (the guard ends a
@@ -232,7 +242,9 @@ $_->quit for @kept;
 	my $s = $node->background_psql('postgres');
 	my $pid = $s->query_safe('SELECT pg_backend_pid()');
 	$s->query_safe('SELECT 1');
+	my @shares0 = shares();
 	my @lines = GlibcMallocTest::traced_lines($pid, sub { $s->query_safe('SELECT 1') for 1 .. $n }, 'openat');
+	my @shares1 = shares();
 	my $status = grep { m{"/proc/self/status"} } @lines;
 	my $statm = grep { m{"/proc/self/statm"} } @lines;
 	diag sprintf('%d short statements with the guard engaged: %d opens of /proc/self/status, %d of /proc/self/statm, %d opens in all',
@@ -242,6 +254,10 @@ $_->quit for @kept;
 	cmp_ok($statm, '<', 1.5 * $n, "$n short statements read /proc/self/statm once each, not twice");
 	cmp_ok($status, '>=', $n / 2, 'they did take start shares (the status reads are there)');
 	cmp_ok($statm, '>=', $n / 2, 'their ends did read what they map (the statm reads are there)');
+	# (and the views' own queries, in sessions of their own)
+	diag sprintf('glibc_malloc_guard.start_shares: +%d', $shares1[0] - $shares0[0]);
+	cmp_ok($shares1[0] - $shares0[0], '>=', $n, "start_shares counts the $n statements' shares");
+	cmp_ok($shares1[0] - $shares0[0], '<=', $n + 5, 'and little else');
 
 	# A procedure that commits inside its CALL: the end of the transaction
 	# inside it reads, and so does the CALL's end, after it.
