@@ -375,10 +375,11 @@ typedef enum GmWaitCount
 								 * grant, their need not fitting */
 	GM_WAIT_RETURNS,			/* reservations that went back before their
 								 * statement ended (not grown, or waiting) */
-	GM_WAIT_START_SHARES,		/* statements that took a start share */
-	GM_WAIT_EXEC_ASKS,			/* running statements near their limit that
-								 * asked the budget for more */
-	GM_WAIT_EXEC_SHARES,		/* ... and got some, and paused for the look */
+	GM_WAIT_START_SHARES,		/* start shares taken */
+	GM_WAIT_EXEC_SHARES,		/* executor asks that got more (before the
+								 * asks: read first, counted after its ask) */
+	GM_WAIT_EXEC_ASKS,			/* a running query near its limit asked the
+								 * budget for more */
 	GM_NWAIT_COUNTS
 } GmWaitCount;
 struct GmAdmitWaiter;

@@ -1590,14 +1590,17 @@ guard_mode_name(int mode)
 
 PG_FUNCTION_INFO_V1(glibc_malloc_guard);
 
+/* glibc_malloc_guard()'s columns in 1.8 (13 in 1.6; 23, 26, 27 in builds of 1.7). */
+#define GM_GUARD_COLS		30
+
 /* glibc_malloc_guard(): the memory guard's state, one row. */
 Datum
 glibc_malloc_guard(PG_FUNCTION_ARGS)
 {
 	GmMonitorState c;
 	TupleDesc	tupdesc;
-	Datum		values[30];
-	bool		nulls[30] = {0};
+	Datum		values[GM_GUARD_COLS];
+	bool		nulls[GM_GUARD_COLS] = {0};
 	int64		waits[GM_NWAIT_COUNTS];
 	int64		cap_errors;
 	int64		guard_errors;
@@ -1613,7 +1616,7 @@ glibc_malloc_guard(PG_FUNCTION_ARGS)
 	 */
 	monitor_state_for_sql(fcinfo, &c, &tupdesc, -1);
 	if (tupdesc->natts != 13 && tupdesc->natts != 23 && tupdesc->natts != 26 &&
-		tupdesc->natts != 27 && tupdesc->natts != 30)
+		tupdesc->natts != 27 && tupdesc->natts != GM_GUARD_COLS)
 		elog(ERROR, "incorrect number of output arguments");
 	gm_shmem_oom_counts(&cap_errors, &guard_errors);
 	gm_guard_levels(c.limit_bytes, &lv);
@@ -1669,7 +1672,7 @@ glibc_malloc_guard(PG_FUNCTION_ARGS)
 	}
 	if (tupdesc->natts >= 27)
 		values[j++] = Int64GetDatum(waits[GM_WAIT_RETURNS]);
-	if (tupdesc->natts >= 30)
+	if (tupdesc->natts >= GM_GUARD_COLS)
 	{
 		values[j++] = Int64GetDatum(waits[GM_WAIT_START_SHARES]);
 		values[j++] = Int64GetDatum(waits[GM_WAIT_EXEC_ASKS]);

@@ -1836,12 +1836,20 @@ gm_shmem_wait_count(GmWaitCount kind, int64 n)
 		pg_atomic_fetch_add_u64(&shared->wait_counts[kind], (uint64) n);
 }
 
-/* The wait counts, into counts[GM_NWAIT_COUNTS] (zeroes without shared memory). */
+/*
+ * The wait counts, into counts[GM_NWAIT_COUNTS] (zeroes without shared
+ * memory), in their order, each read after the one before it: a count
+ * bumped after another (an executor share after its ask) is never read
+ * ahead of it.
+ */
 void
 gm_shmem_wait_counts(int64 *counts)
 {
 	for (int k = 0; k < GM_NWAIT_COUNTS; k++)
+	{
 		counts[k] = shared ? (int64) pg_atomic_read_u64(&shared->wait_counts[k]) : 0;
+		pg_read_barrier();
+	}
 }
 
 

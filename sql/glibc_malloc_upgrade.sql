@@ -194,7 +194,8 @@ DROP ROLE regress_glibc_malloc_reader;
 
 -- 1.7 to 1.8: glibc_malloc_guard gains the counts of the guard's shares
 -- of its budget.  A user's view over it and a role allowed to read it
--- (EXECUTE on the 1.7 function, granted on to others) survive the update.
+-- (EXECUTE on the 1.7 function, granted on to others) survive the update,
+-- and so does a revoke (pg_read_all_stats's EXECUTE, taken away).
 DROP EXTENSION glibc_malloc;
 CREATE EXTENSION glibc_malloc VERSION '1.7';
 SELECT count(*) AS guard_columns FROM pg_attribute WHERE attrelid = 'glibc_malloc_guard'::regclass AND attnum > 0;
@@ -202,6 +203,7 @@ CREATE ROLE regress_glibc_malloc_reader;
 CREATE VIEW my_guard AS SELECT enabled, guard_errors, reservations_returned FROM glibc_malloc_guard;
 GRANT SELECT ON glibc_malloc_guard TO regress_glibc_malloc_reader;
 GRANT EXECUTE ON FUNCTION glibc_malloc_guard_1_7() TO regress_glibc_malloc_reader WITH GRANT OPTION;
+REVOKE EXECUTE ON FUNCTION glibc_malloc_guard_1_7() FROM pg_read_all_stats;
 ALTER EXTENSION glibc_malloc UPDATE TO '1.8';
 SELECT extversion FROM pg_extension WHERE extname = 'glibc_malloc';
 -- The columns 1.8 appended, after 1.7's.

@@ -93,11 +93,10 @@ for my $m (qw(enabled engaged limited_processes guard_errors max_backend_memory_
 # kernel does not keep here (oom_kills, oom_group_kills NULL) is NaN, and
 # the scrape does not fail.
 my %g;
-@g{qw(reserve_bytes reserve_shrunk oom_kills oom_group_kills waits wait_time admissions wait_timeouts wait_skips unreserved_runs would_limit would_fail reservations_returned start_shares executor_asks executor_shares mode)} = split /\|/,
-  $node->safe_psql('postgres', 'SELECT coalesce(reserve_bytes, 0), coalesce(reserve_shrunk, false)::int, oom_kills, oom_group_kills, waits, wait_time, admissions, wait_timeouts, wait_skips, unreserved_runs, would_limit, would_fail, reservations_returned, start_shares, executor_asks, executor_shares, mode FROM glibc_malloc_guard'),
+@g{qw(reserve_bytes reserve_shrunk oom_kills oom_group_kills waits wait_time admissions wait_timeouts wait_skips unreserved_runs would_limit would_fail reservations_returned mode)} = split /\|/,
+  $node->safe_psql('postgres', 'SELECT coalesce(reserve_bytes, 0), coalesce(reserve_shrunk, false)::int, oom_kills, oom_group_kills, waits, wait_time, admissions, wait_timeouts, wait_skips, unreserved_runs, would_limit, would_fail, reservations_returned, mode FROM glibc_malloc_guard'),
   -1;
-# (and the columns 1.8 added)
-for my $m (qw(reserve_bytes reserve_shrunk waits admissions wait_timeouts wait_skips unreserved_runs would_limit would_fail reservations_returned start_shares executor_asks executor_shares))
+for my $m (qw(reserve_bytes reserve_shrunk waits admissions wait_timeouts wait_skips unreserved_runs would_limit would_fail reservations_returned))
 {
 	is(metric("glibc_malloc_guard_$m"), $g{$m}, "glibc_malloc_guard_$m as in the view");
 }
@@ -114,9 +113,19 @@ for my $m (qw(oom_kills oom_group_kills))
 		is($v, $g{$m}, "glibc_malloc_guard_$m as in the view");
 	}
 }
-for my $m (qw(oom_kills oom_group_kills waits wait_time_seconds admissions wait_timeouts wait_skips unreserved_runs would_limit would_fail reservations_returned start_shares executor_asks executor_shares))
+for my $m (qw(oom_kills oom_group_kills waits wait_time_seconds admissions wait_timeouts wait_skips unreserved_runs would_limit would_fail reservations_returned))
 {
 	like($metrics, qr/^# TYPE glibc_malloc_guard_$m counter$/m, "glibc_malloc_guard_$m is typed counter");
+}
+# The budget's shares (1.8), a query of their own: as in the view, counters.
+{
+	my @names = qw(start_shares executor_asks executor_shares);
+	my @b = split /\|/, $node->safe_psql('postgres', 'SELECT ' . join(', ', @names) . ' FROM glibc_malloc_guard');
+	for my $i (0 .. $#names)
+	{
+		is(metric("glibc_malloc_budget_$names[$i]"), $b[$i], "glibc_malloc_budget_$names[$i] as in the view");
+		like($metrics, qr/^# TYPE glibc_malloc_budget_$names[$i] counter$/m, "glibc_malloc_budget_$names[$i] is typed counter");
+	}
 }
 # The guard's mode: four series, 1 for the view's mode (cgroup, the
 # default), not a label of the guard's other series.

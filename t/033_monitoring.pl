@@ -321,6 +321,22 @@ for my $q (sort keys %query)
 	is_deeply([ sort split /\|/, $header ], [ sort map { $_->[0] } @{ $columns{$q} } ],
 		"exporter query $q returns exactly the columns it declares");
 }
+# A database still at 1.7 (not updated yet, or before a roll back) loses
+# the budget's query and no other.
+{
+	$node->safe_psql('postgres', 'CREATE DATABASE at17');
+	$node->safe_psql('at17', "CREATE EXTENSION glibc_malloc VERSION '1.7'");
+	$node->safe_psql('at17', 'CREATE EXTENSION pg_stat_statements');
+	my @fail;
+	for my $q (sort keys %query)
+	{
+		my ($out, $err) = ('', '');
+		push @fail, $q unless IPC::Run::run([ 'psql', '-X', '-v', 'ON_ERROR_STOP=1', '-d', $node->connstr('at17'), '-c', $query{$q} ],
+			'>', \$out, '2>', \$err);
+	}
+	is("@fail", 'glibc_malloc_budget', 'on a database at 1.7, only the budget\'s query fails');
+	$node->safe_psql('postgres', 'DROP DATABASE at17');
+}
 # As CloudNativePG runs the ConfigMap's queries: as a member of pg_monitor
 # that is not a superuser, in a read-only transaction, with search_path
 # pg_catalog, public, pg_temp.
@@ -391,7 +407,7 @@ for my $vc (sort keys %not_exported)
 # The columns 1.7 added, by name.
 like($query{glibc_malloc_guard}, qr/\b$_\b/, "glibc_malloc_guard's query exports $_")
   for qw(reserve_bytes reserve_shrunk oom_kills oom_group_kills waits wait_time admissions wait_timeouts wait_skips unreserved_runs reservations_returned
-  would_limit would_fail start_shares executor_asks executor_shares);
+  would_limit would_fail);
 like($query{glibc_malloc_guard_mode}, qr/\bg\.mode\b/, "glibc_malloc_guard_mode's query reads glibc_malloc_guard.mode");
 is_deeply([ map { $_->[1] } @{ $columns{glibc_malloc_guard_mode} } ], [qw(LABEL GAUGE)], 'the mode is a label of a gauge of its own');
 like($query{glibc_malloc_monitor}, qr/\benabled\b/, "glibc_malloc_monitor's query exports enabled (MonitorDown's condition)");
@@ -413,8 +429,10 @@ is($node->safe_psql('postgres', q{SELECT string_agg(attname, ',' ORDER BY attnum
 like($query{glibc_malloc_monitor}, qr/\bcommit_headroom_bytes\b/, "glibc_malloc_monitor's query exports commit_headroom_bytes");
 like($query{glibc_malloc_statements_top}, qr/\b$_\b/, "glibc_malloc_statements_top's query exports $_") for qw(waits wait_time);
 is($exported{"glibc_malloc_guard_$_"}, 'COUNTER', "glibc_malloc_guard_$_ is a counter")
-  for qw(oom_kills oom_group_kills waits wait_time_seconds admissions wait_timeouts wait_skips unreserved_runs would_limit would_fail reservations_returned
-  start_shares executor_asks executor_shares);
+  for qw(oom_kills oom_group_kills waits wait_time_seconds admissions wait_timeouts wait_skips unreserved_runs would_limit would_fail reservations_returned);
+# The budget's shares (1.8), a query of their own, counters.
+like($query{glibc_malloc_budget}, qr/\b$_\b/, "glibc_malloc_budget's query exports $_") for qw(start_shares executor_asks executor_shares);
+is($exported{"glibc_malloc_budget_$_"}, 'COUNTER', "glibc_malloc_budget_$_ is a counter") for qw(start_shares executor_asks executor_shares);
 is($exported{"glibc_malloc_guard_$_"}, 'GAUGE', "glibc_malloc_guard_$_ is a gauge") for qw(reserve_bytes reserve_shrunk);
 is($exported{glibc_malloc_monitor_commit_headroom_bytes}, 'GAUGE', 'glibc_malloc_monitor_commit_headroom_bytes is a gauge');
 is($exported{"glibc_malloc_statements_top_$_"}, 'COUNTER', "glibc_malloc_statements_top_$_ is a counter") for qw(waits wait_time_seconds);

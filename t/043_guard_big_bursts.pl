@@ -18,9 +18,9 @@
 # at a burst's start completes (2; the test waits for the usage to let 2
 # fit), in 2 at least 95% of all sorts.  Not recorded, the monitor's looks
 # alone hold the bursts: sorts complete, but not in every burst for sure
-# (2 in 58 bursts of 60 here, 1 in 2; CI saw one burst of 8 where none
-# did), so the run as a whole must complete one, and a burst where none
-# did prints its errors.  2 bursts per configuration
+# (2 in 57 bursts of 60 here, 1 in 3; CI saw one burst of 8 where none
+# did), so at most one burst in ten (at least one) may complete none, and
+# a burst where none did prints its errors.  2 bursts per configuration
 # (about 3 minutes); with GM_TEST_LONG=1, GM_TEST_LONG_BURSTS (default 20,
 # about 22 minutes).
 #
@@ -128,7 +128,8 @@ for my $config ([ 'recorded, memory_wait 0', 'top', '0' ], [ 'recorded, memory_w
 	is($other // 0, 0, "$name: no session lost");
 	if ($track eq 'none')
 	{
-		cmp_ok(scalar(grep { $_ > 0 } @per), '>=', 1, "$name: sorts complete");
+		my $empty_ok = $bursts >= 20 ? int($bursts / 10) : 1;
+		cmp_ok(scalar(grep { $_ < 1 } @per), '<=', $empty_ok, "$name: sorts complete in all bursts but at most $empty_ok");
 		next;
 	}
 	is(scalar(grep { $_ < 1 } @per), 0, "$name: a sort completes in every burst");

@@ -64,9 +64,9 @@ is(scalar @pids, $sessions, "the $sessions sessions' pids");
 # from the cgroup once the sessions have settled (each has run its script
 # at least once), not from the monitor's last look, which may be older than
 # the last sessions' first queries (the sidecar was then too big, and the
-# kernel killed it).
+# kernel killed it).  At most 10 s of the sessions' run.
 my $g = guard_counts($node);
-my $fill = $g->[2] - cgroup_v1_counted($cg, 1) - 40 * $MB;
+my $fill = $g->[2] - cgroup_v1_counted($cg, 10) - 40 * $MB;
 push @fillers, start_filler($cg, $fill) if $fill > 0;
 ok(wait_for(sub { guard_counts($node)->[0] eq 't' }, 10), 'the guard is engaged');
 my ($limited, $reserve, $shrunk) = split /\|/, $node->safe_psql('postgres',

@@ -221,7 +221,8 @@ sub cgroup_v1_oom_kills
 # What the guard counts of the cgroup v1 memory directory $cg, read from
 # the kernel now (not at the monitor's last look): its usage less its file
 # pages.  With $settle, read again every second until two reads differ by
-# less than 2 MB (at most 20 s): sessions that just connected still grow.
+# less than 2 MB, at most $settle seconds (sessions that just connected
+# still grow); says so if it did not settle.
 sub cgroup_v1_counted
 {
 	my ($cg, $settle) = @_;
@@ -233,13 +234,14 @@ sub cgroup_v1_counted
 	};
 	my $v = $read->();
 	return $v unless $settle;
-	for (1 .. 20)
+	for (1 .. $settle)
 	{
 		sleep 1;
 		my $w = $read->();
 		return $w if abs($w - $v) < 2 * 2**20;
 		$v = $w;
 	}
+	Test::More::diag(sprintf('the cgroup\'s usage did not settle in %d s: %.0f MB', $settle, $v / 2**20));
 	return $v;
 }
 
