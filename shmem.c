@@ -1836,11 +1836,14 @@ gm_shmem_wait_count(GmWaitCount kind, int64 n)
 		pg_atomic_fetch_add_u64(&shared->wait_counts[kind], (uint64) n);
 }
 
+StaticAssertDecl(GM_WAIT_EXEC_SHARES < GM_WAIT_EXEC_ASKS,
+				 "an executor share is read before the asks, which count it first");
+
 /*
  * The wait counts, into counts[GM_NWAIT_COUNTS] (zeroes without shared
- * memory), in their order, each read after the one before it: a count
- * bumped after another (an executor share after its ask) is never read
- * ahead of it.
+ * memory), in their order, a read barrier after each: a backend bumps an
+ * ask before its executor share, so reading the shares first, the asks
+ * read after them include each share's ask (shares <= asks).
  */
 void
 gm_shmem_wait_counts(int64 *counts)

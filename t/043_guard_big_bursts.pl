@@ -129,7 +129,9 @@ for my $config ([ 'recorded, memory_wait 0', 'top', '0' ], [ 'recorded, memory_w
 	if ($track eq 'none')
 	{
 		my $empty_ok = $bursts >= 20 ? int($bursts / 10) : 1;
-		cmp_ok(scalar(grep { $_ < 1 } @per), '<=', $empty_ok, "$name: sorts complete in all bursts but at most $empty_ok");
+		my $done = 0;
+		$done += $_ for @per;
+		ok(scalar(grep { $_ < 1 } @per) <= $empty_ok && $done > 0, "$name: sorts complete in all bursts but at most $empty_ok");
 		next;
 	}
 	is(scalar(grep { $_ < 1 } @per), 0, "$name: a sort completes in every burst");

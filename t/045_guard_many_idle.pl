@@ -65,6 +65,9 @@ is(scalar @pids, $sessions, "the $sessions sessions' pids");
 # at least once), not from the monitor's last look, which may be older than
 # the last sessions' first queries (the sidecar was then too big, and the
 # kernel killed it).  At most 10 s of the sessions' run.
+ok(wait_for(sub { $node->safe_psql('postgres',
+	"SELECT count(*) FROM pg_stat_activity WHERE application_name = 'idle' AND query <> ''") >= $sessions }, 30),
+	'each session has run its script');
 my $g = guard_counts($node);
 my $fill = $g->[2] - cgroup_v1_counted($cg, 10) - 40 * $MB;
 push @fillers, start_filler($cg, $fill) if $fill > 0;
