@@ -17,3 +17,19 @@ copy_tree() {
   mkdir -p "$1"
   tar "${excludes[@]}" -cf - . | tar -C "$1" -xf -
 }
+
+#   tap_failures D  after a failed TAP run in D: each failed file's failures
+#                and diagnostics (not its whole log; the passing files' logs
+#                not at all), also appended to $GM_FAILURES when set, for
+#                scripts/test to print again at its end
+tap_failures() {
+  local f
+  for f in "$1"/tmp_check/log/regress_log_*; do
+    [ -f "$f" ] && grep -qE '\) not ok |# Looks like' "$f" || continue
+    {
+      echo "---- ${f##*/}: its failures and diagnostics"
+      sed -nE 's/^\[[0-9:.]+\]\([0-9.]+s\) //; /^(not ok |# |Bail out)/p' "$f" | head -n 300
+    } | { tee -a "${GM_FAILURES:-/dev/null}" 2>/dev/null || true; }
+  done
+  return 0
+}
