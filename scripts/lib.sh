@@ -18,17 +18,22 @@ copy_tree() {
   tar "${excludes[@]}" -cf - . | tar -C "$1" -xf -
 }
 
-#   tap_failures D  after a failed TAP run in D: each failed file's failures
-#                and diagnostics (not its whole log; the passing files' logs
-#                not at all), also appended to $GM_FAILURES when set, for
-#                scripts/test to print again at its end
+#   tap_failures D [LABEL]  after a failed TAP run in D: each failed
+#                file's failures and diagnostics (the last 300 of them) and
+#                its log's last 30 lines (a die's message), not the passing
+#                files' logs; also appended to $GM_FAILURES when set, for
+#                scripts/test to print again at its end.  LABEL names the
+#                environment
 tap_failures() {
-  local f
+  local f label=${2:+$2: }
   for f in "$1"/tmp_check/log/regress_log_*; do
-    [ -f "$f" ] && grep -qE '\) not ok |# Looks like' "$f" || continue
+    # (PostgreSQL 13's logs have no timestamps)
+    [ -f "$f" ] && grep -qE '(^|\) )(not ok |Bail out!)|# Looks like' "$f" || continue
     {
-      echo "---- ${f##*/}: its failures and diagnostics"
-      sed -nE 's/^\[[0-9:.]+\]\([0-9.]+s\) //; /^(not ok |# |Bail out)/p' "$f" | head -n 300
+      echo "---- ${label}${f##*/}: its failures and diagnostics"
+      sed -nE 's/^\[[0-9:.]+\]\([0-9.]+s\) //; /^(not ok |# |Bail out)/p' "$f" | tail -n 300
+      echo "---- ${label}${f##*/}: its last 30 lines"
+      tail -n 30 "$f"
     } | { tee -a "${GM_FAILURES:-/dev/null}" 2>/dev/null || true; }
   done
   return 0
