@@ -175,12 +175,15 @@ sub burst
 		elsif ($r->{err} =~ /out of memory/)
 		{
 			$oom++;
-			# With a wait, a failure is rare: say what it failed on.
-			diag "  memory_wait $wait: out of memory after $r->{secs} s: $r->{err}" if $wait ne '0';
 			# Every failure under the guard says why: the grant's HINT, or
-			# the guard's limit's.
-			$unhinted++, diag "out of memory without the guard's HINT: $r->{err}"
-			  unless $r->{err} =~ /\nHINT:  (The statement's recorded memory need did not fit the room left below the server's memory limit when it started|The server is close to its memory limit: glibc_malloc\.memory_guard limited)/;
+			# the guard's limit's.  With a wait a failure is rare: each
+			# says what it failed on.
+			if ($r->{err} !~ /\nHINT:  (The statement's recorded memory need did not fit the room left below the server's memory limit when it started|The server is close to its memory limit: glibc_malloc\.memory_guard limited)/)
+			{
+				$unhinted++;
+				diag "out of memory without the guard's HINT: $r->{err}";
+			}
+			elsif ($wait ne '0') { diag "  memory_wait $wait: out of memory after $r->{secs} s: $r->{err}" }
 		}
 		else { $other++; diag "other result: $r->{out} $r->{err}" }
 	}
