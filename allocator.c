@@ -24,6 +24,8 @@
 #include <gnu/libc-version.h>
 #endif
 
+#include "miscadmin.h"
+#include "storage/fd.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 
@@ -425,38 +427,87 @@ gm_proc_vmsize_peak(int64 *size, int64 *peak)
 }
 
 /*
+ * This process's /proc/self/statm, kept open (one descriptor per process,
+ * counted with fd.c's AcquireExternalFD; one inherited from a parent is
+ * closed and opened again) and read again from its start: -1 when it
+ * cannot be opened.
+ */
+static int
+statm_fd(void)
+{
+	static int	fd = -1;
+	static int	fd_pid = 0;
+	static bool counted = false;
+
+	if (fd >= 0 && fd_pid == MyProcPid)
+		return fd;
+	if (fd >= 0)
+	{
+		/* (the parent's, counted in fd.c's copy too: closed, its count kept) */
+		close(fd);
+		fd = -1;
+	}
+	if (!counted && !AcquireExternalFD())
+		return -1;
+	counted = true;
+	if ((fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC)) >= 0)
+		fd_pid = MyProcPid;
+	return fd;
+}
+
+/*
  * This process's data pages (/proc/self/statm's sixth field: VmData and
- * the stack) in bytes, an estimate from above of what RLIMIT_DATA counts;
- * -1 if unknown.  Cheaper than /proc/self/status (one short line): the
- * executor's check calls it at most every 2 ms.
+ * the stack) in bytes, an estimate from above of what RLIMIT_DATA counts,
+ * and its anonymous resident pages (its resident less its shared pages:
+ * RssAnon) into *rss_anon (NULL: not wanted); -1 where unknown.  Much
+ * cheaper than /proc/self/status: one short line from a descriptor kept
+ * open (a statement's start share and the executor's check read it), and
+ * otherwise an open and a close.
  */
 int64
-gm_proc_statm_data_bytes(void)
+gm_proc_statm_self(int64 *rss_anon)
 {
 	char		buf[256];
 	ssize_t		n;
 	int			fd;
 	int			field = 0;
-	int64		pages = 0;
-	bool		digits = false;
+	int64		vals[6] = {0, 0, 0, 0, 0, 0};
+	bool		digits[6] = {false, false, false, false, false, false};
+	int64		page = (int64) sysconf(_SC_PAGESIZE);
 
-	if ((fd = open("/proc/self/statm", O_RDONLY)) < 0)
+	if (rss_anon != NULL)
+		*rss_anon = -1;
+	if ((fd = statm_fd()) >= 0)
+		n = pread(fd, buf, sizeof(buf) - 1, 0);
+	else if ((fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC)) >= 0)
+	{
+		n = read(fd, buf, sizeof(buf) - 1);
+		close(fd);
+	}
+	else
 		return -1;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
 	if (n <= 0)
 		return -1;
 	for (ssize_t i = 0; i < n && field <= 5; i++)
 	{
 		if (buf[i] == ' ' || buf[i] == '\n')
 			field++;
-		else if (field == 5 && buf[i] >= '0' && buf[i] <= '9')
+		else if (buf[i] >= '0' && buf[i] <= '9')
 		{
-			pages = pages * 10 + (buf[i] - '0');
-			digits = true;
+			vals[field] = vals[field] * 10 + (buf[i] - '0');
+			digits[field] = true;
 		}
 	}
-	return digits ? pages * (int64) sysconf(_SC_PAGESIZE) : -1;
+	if (rss_anon != NULL && digits[1] && digits[2])
+		*rss_anon = Max(vals[1] - vals[2], 0) * page;
+	return digits[5] ? vals[5] * page : -1;
+}
+
+/* This process's data pages (gm_proc_statm_self), -1 if unknown: the executor's check and a statement's end. */
+int64
+gm_proc_statm_data_bytes(void)
+{
+	return gm_proc_statm_self(NULL);
 }
 
 /*

@@ -275,6 +275,7 @@ extern int64 gm_proc_status_bytes(int pid, const char *key);
 extern void gm_proc_vmdata_rss(int pid, int64 *vmdata, int64 *rss);
 extern void gm_proc_vmsize_peak(int64 *size, int64 *peak);
 extern int64 gm_proc_statm_data_bytes(void);
+extern int64 gm_proc_statm_self(int64 *rss_anon);
 extern int64 gm_context_used(MemoryContext cxt);
 extern int64 gm_rss_anon(void);
 extern bool gm_data_limit(int pid, int64 *soft, int64 *hard);

@@ -708,7 +708,7 @@ admission_taken(int64 now, int64 *room, int *held)
  * (at most GM_GUARD_START_WAIT_MS, not for memory) until the guard's limit
  * covers it.  None left, or the guard not engaged: nothing, it runs as
  * before, served by its growth.  Returns whether it holds one.  One
- * exclusive lock and one read of /proc/self/status, only while engaged.
+ * exclusive lock and one read of /proc/self/statm, only while engaged.
  */
 bool
 gm_guard_take_start_share(void)
@@ -726,7 +726,7 @@ gm_guard_take_start_share(void)
 	if (!gm_shmem_guard_engaged())
 		return false;
 	admit_prepare();
-	gm_proc_vmdata_rss(0, &vm, &rss);
+	vm = gm_proc_statm_self(&rss);
 	if (vm < 0)
 		return false;
 	now = gm_monotonic_usec();
@@ -792,7 +792,7 @@ gm_guard_executor_check(GmExecCheck *check)
 	if (now >= check->read_at && now - check->read_at < GM_EXEC_READ_USEC)
 		return false;
 	check->read_at = now;
-	if ((vm = gm_proc_statm_data_bytes()) < 0)
+	if ((vm = gm_proc_statm_self(&rss)) < 0)
 		return false;
 	if (check->start_vm < 0)
 		check->start_vm = vm;
@@ -802,7 +802,6 @@ gm_guard_executor_check(GmExecCheck *check)
 		return false;
 	check->tried_looks = looks0;
 	admit_prepare();
-	rss = gm_proc_status_bytes(0, "RssAnon:");
 	gm_shmem_wait_lock();
 	taken = admission_taken(now, &room, &held);
 	share = gm_guard_grow_share(room, taken, held - (gm_shmem_wait_admitted() ? 1 : 0),
@@ -864,7 +863,7 @@ wait_for_need(int64 need, bool may_wait)
 	first.need = need;
 	first.patience_ms = may_wait ? wait_ms() : 0;
 	/* Its base if it is admitted at once: read before the lock, not under it. */
-	gm_proc_vmdata_rss(0, &first.vm, &first.rss);
+	first.vm = gm_proc_statm_self(&first.rss);
 	start = gm_monotonic_usec();
 	wait_entered = true;
 	r = admission_round(start, first.patience_ms == 0, &hopeless, &grant, &first);

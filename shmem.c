@@ -1713,7 +1713,7 @@ gm_shmem_wait_note_base(void)
 
 	if (!gm_shmem_wait_ready() || wait_state(&my_slot->wait) != GM_WAIT_ADMITTED)
 		return -1;
-	gm_proc_vmdata_rss(0, &vm, &rss);
+	vm = gm_proc_statm_self(&rss);
 	LWLockAcquire(shared->wait_lock, LW_EXCLUSIVE);
 	gm_shmem_wait_set_base(vm, rss);
 	LWLockRelease(shared->wait_lock);

@@ -28,9 +28,9 @@
 #  - with the other sessions idle none holds a share (a new statement's
 #    DEBUG2 line), SELECT 1 runs, no admission is counted, 0 OOM kills,
 #    no restart;
-#  - a short statement reads /proc/self/status once (its start share)
-#    and /proc/self/statm once (its end), seen by strace; a CALL that
-#    commits inside reads statm at that commit and at its end;
+#  - a short statement opens no file: its start share and its end read
+#    /proc/self/statm from a descriptor kept open, seen by strace; a CALL
+#    that commits inside reads it at that commit and at its end too;
 #  - glibc_malloc_guard counts the start shares (start_shares) and what
 #    running statements asked for and got (executor_asks,
 #    executor_shares).
@@ -236,31 +236,33 @@ $d->quit;
 $_->quit for @kept;
 
 # What a short statement costs in system calls while the guard is
-# engaged (strace on its backend): 100 SELECTs, each in a transaction of
-# its own, each taking a start share.  Each reads /proc/self/status once
-# (VmData and RssAnon together, as its share is taken) and
-# /proc/self/statm once (its end's check, not again at its transaction's
-# end): each read twice before.
+# engaged (strace on its backend, -y names a descriptor's file): 100
+# SELECTs, each in a transaction of its own, each taking a start share.
+# Each reads /proc/self/statm twice (VmData, the stack and RssAnon as its
+# share is taken, what it maps at its end) from a descriptor its backend
+# keeps open, and opens nothing: it opened /proc/self/status for its
+# share and /proc/self/statm for its end before, one open and close each.
 {
 	my $n = 100;
 	my $s = $node->background_psql('postgres');
 	my $pid = $s->query_safe('SELECT pg_backend_pid()');
 	$s->query_safe('SELECT 1');
 	my @shares0 = shares();
-	my @lines = GlibcMallocTest::traced_lines($pid, sub { $s->query_safe('SELECT 1') for 1 .. $n }, 'openat');
+	my @lines = GlibcMallocTest::traced_lines($pid, sub { $s->query_safe('SELECT 1') for 1 .. $n },
+		'openat,pread64', '-y');
 	my @shares1 = shares();
-	my $status = grep { m{"/proc/self/status"} } @lines;
-	my $statm = grep { m{"/proc/self/statm"} } @lines;
-	diag sprintf('%d short statements with the guard engaged: %d opens of /proc/self/status, %d of /proc/self/statm, %d opens in all',
-		$n, $status, $statm, scalar @lines);
+	my $status = grep { m{openat\(.*"/proc/self/status"} } @lines;
+	my $opens = grep { m{openat\(.*"/proc/self/statm"} } @lines;
+	my $statm = grep { m{pread64\(\d+</proc/\d+/statm>} } @lines;
+	diag sprintf('%d short statements with the guard engaged: %d opens of /proc/self/status, %d of /proc/self/statm, %d reads of statm kept open',
+		$n, $status, $opens, $statm);
 	# (with room for a few reads of the idle point's, asked by the monitor)
-	cmp_ok($status, '<', 1.5 * $n, "$n short statements read /proc/self/status once each, not twice");
-	cmp_ok($statm, '<', 1.5 * $n, "$n short statements read /proc/self/statm once each, not twice");
-	cmp_ok($status, '>=', $n / 2, 'they did take start shares (the status reads are there)');
-	cmp_ok($statm, '>=', $n / 2, 'their ends did read what they map (the statm reads are there)');
+	cmp_ok($status, '<', $n / 10, "$n short statements do not read /proc/self/status");
+	cmp_ok($opens, '<=', 1, 'nor open /proc/self/statm: it is kept open');
+	cmp_ok($statm, '>=', $n, 'they read statm from it: their shares and their ends did read what they map');
+	cmp_ok($statm, '<', 2.5 * $n, 'twice each, not more');
 	# (and the second read's own share, a query in a session of its own:
-	# 101 while the guard stays engaged and each finds room; the bounds
-	# are those of the status reads')
+	# 101 while the guard stays engaged and each finds room)
 	diag sprintf('glibc_malloc_guard.start_shares: +%d', $shares1[0] - $shares0[0]);
 	cmp_ok($shares1[0] - $shares0[0], '>=', $n / 2, "start_shares counts the $n statements' shares");
 	cmp_ok($shares1[0] - $shares0[0], '<=', $n + 5, 'and little else');
@@ -268,9 +270,9 @@ $_->quit for @kept;
 	# A procedure that commits inside its CALL: the end of the transaction
 	# inside it reads, and so does the CALL's end, after it.
 	$s->query_safe(q{CREATE PROCEDURE gm_commits() LANGUAGE plpgsql AS $$BEGIN PERFORM 1; COMMIT; PERFORM length(repeat('x', 1000)); END$$});
-	@lines = GlibcMallocTest::traced_lines($pid, sub { $s->query_safe('CALL gm_commits()') }, 'openat');
-	$statm = grep { m{"/proc/self/statm"} } @lines;
-	diag "a CALL that commits inside: $statm opens of /proc/self/statm";
+	@lines = GlibcMallocTest::traced_lines($pid, sub { $s->query_safe('CALL gm_commits()') }, 'pread64', '-y');
+	$statm = grep { m{pread64\(\d+</proc/\d+/statm>} } @lines;
+	diag "a CALL that commits inside: $statm reads of /proc/self/statm";
 	cmp_ok($statm, '>=', 2, 'a CALL that commits inside reads what it maps at that commit and at its own end');
 	$s->query_safe('DROP PROCEDURE gm_commits()');
 	$s->quit;

@@ -99,10 +99,10 @@ sub rss_anon
 # $trace (strace's -e trace=); return the lines it wrote.
 sub traced_lines
 {
-	my ($pid, $code, $trace) = @_;
+	my ($pid, $code, $trace, @opts) = @_;
 	my (undef, $file) = tempfile();
 	my $h = IPC::Run::start(
-		[ 'strace', '-qq', '-f', '-e', "trace=$trace", '-o', $file, '-p', $pid ],
+		[ 'strace', '-qq', '-f', @opts, '-e', "trace=$trace", '-o', $file, '-p', $pid ],
 		'<', \undef, '>', \my $out, '2>', \my $err);
 	# Wait until strace is attached (TracerPid set).
 	wait_for(sub { (`grep TracerPid /proc/$pid/status` =~ /(\d+)/)[0] != 0 }, 10)
