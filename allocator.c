@@ -456,8 +456,36 @@ statm_fd(void)
 }
 
 /*
- * This process's data pages (/proc/self/statm's sixth field: VmData and
- * the stack) in bytes, an estimate from above of what RLIMIT_DATA counts,
+ * This process's stack (VmStk), read from /proc/self/status at its first
+ * call and again at the first call a second or more after the last read
+ * (GM_STACK_READ_USEC, by the monotonic clock): statm counts it in its
+ * data pages, which RLIMIT_DATA and VmData do not.  The main stack only
+ * grows, so a value read earlier is at most today's (0 when unreadable).
+ */
+#define GM_STACK_READ_USEC	((int64) 1000 * 1000)
+static int64
+stack_bytes(void)
+{
+	static int64 stack = 0;
+	static int	stack_pid = 0;
+	static int64 read_at = 0;
+	int64		now = gm_monotonic_usec();
+
+	if (stack_pid != MyProcPid || now - read_at >= GM_STACK_READ_USEC || now < read_at)
+	{
+		int64		v = gm_proc_status_bytes(0, "VmStk:");
+
+		stack = Max(v, 0);
+		stack_pid = MyProcPid;
+		read_at = now;
+	}
+	return stack;
+}
+
+/*
+ * This process's data pages (/proc/self/statm's sixth field) less its
+ * stack as last read (stack_bytes): VmData, or a little above it when the
+ * stack grew since (an estimate from above of what RLIMIT_DATA counts),
  * and its anonymous resident pages (its resident less its shared pages:
  * RssAnon) into *rss_anon (NULL: not wanted); -1 where unknown.  Much
  * cheaper than /proc/self/status: one short line from a descriptor kept
@@ -500,10 +528,10 @@ gm_proc_statm_self(int64 *rss_anon)
 	}
 	if (rss_anon != NULL && digits[1] && digits[2])
 		*rss_anon = Max(vals[1] - vals[2], 0) * page;
-	return digits[5] ? vals[5] * page : -1;
+	return digits[5] ? Max(vals[5] * page - stack_bytes(), 0) : -1;
 }
 
-/* This process's data pages (gm_proc_statm_self), -1 if unknown: the executor's check and a statement's end. */
+/* This process's VmData (gm_proc_statm_self), -1 if unknown: the executor's check and a statement's end. */
 int64
 gm_proc_statm_data_bytes(void)
 {

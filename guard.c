@@ -740,8 +740,8 @@ gm_guard_take_start_share(void)
 		gm_shmem_wait_hold_share(share, vm, rss, now);
 	}
 	gm_shmem_wait_unlock();
-	elog(DEBUG2, "glibc_malloc start share: " INT64_FORMAT " of room " INT64_FORMAT " taken " INT64_FORMAT " held %d",
-		 share, room, taken, held);
+	elog(DEBUG2, "glibc_malloc start share: " INT64_FORMAT " of room " INT64_FORMAT " taken " INT64_FORMAT " held %d vmdata " INT64_FORMAT,
+		 share, room, taken, held, vm);
 	if (share == 0)
 		return false;
 	gm_shmem_wait_count(GM_WAIT_START_SHARES, 1);
@@ -754,8 +754,9 @@ gm_guard_take_start_share(void)
  * The running top-level statement's check, every GM_EXEC_CHECK_CALLS
  * calls of the wrapped inputs of its plan (check: its state); acts only
  * while the guard is engaged: at most every GM_EXEC_READ_USEC, where its
- * data pages (gm_proc_statm_data_bytes: VmData and the stack, more than
- * RLIMIT_DATA counts, so it errs early) come within GM_EXEC_GROW_MARGIN of
+ * VmData (gm_proc_statm_data_bytes: from /proc/self/statm, less its
+ * stack as last read; a little more than RLIMIT_DATA counts where the
+ * stack grew since, so it errs early) come within GM_EXEC_GROW_MARGIN of
  * the guard's (or its grant's) limit, or within half of what it grew since
  * its first read (a sort's array doubles), and it has mapped half of what
  * it last took, it takes more from the admission's budget

@@ -1354,7 +1354,7 @@ gm_shmem_wait_hold_share(int64 share, int64 vm, int64 rss, int64 now)
  * (RETURNED: the admission counted only what it mapped) is taken again
  * for what it grew plus extra, not its old need; without one, it holds
  * extra as a start share does (gm_shmem_wait_hold_share).  vm may count
- * the stack too (an estimate from above).
+ * what the stack grew since its last read too (an estimate from above).
  */
 void
 gm_shmem_wait_grow(int64 extra, int64 vm, int64 rss, int64 now)

@@ -31,6 +31,8 @@
 #  - a short statement opens no file: its start share and its end read
 #    /proc/self/statm from a descriptor kept open, seen by strace; a CALL
 #    that commits inside reads it at that commit and at its end too;
+#  - a start share counts from the backend's VmData, not from statm's
+#    data pages with the stack, after a statement grew the stack;
 #  - glibc_malloc_guard counts the start shares (start_shares) and what
 #    running statements asked for and got (executor_asks,
 #    executor_shares).
@@ -44,7 +46,7 @@ use lib $FindBin::RealBin;
 use GlibcMallocTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(sleep);
+use Time::HiRes qw(sleep time);
 
 my $cg = test_cgroup_v1();
 
@@ -230,8 +232,43 @@ $d->{stderr} = '';
 $d->query('SELECT count(*) FROM generate_series(1, 1000 + (0 * random())::int)');
 my ($share_line) = $d->{stderr} =~ /(glibc_malloc start share: .*)/;
 diag $share_line // 'no start share line';
-like($share_line // '', qr/^glibc_malloc start share: 16777216 of room \d+ taken -?\d+ held 0$/,
+like($share_line // '', qr/^glibc_malloc start share: 16777216 of room \d+ taken -?\d+ held 0 vmdata \d+$/,
 	'with every other session idle, none holds a share: a new statement takes 16 MB');
+
+# The VmData a start share counts from (its DEBUG2 line) is the
+# backend's VmData, which its limit counts, not /proc/self/statm's data
+# pages, which count the stack too: after a statement that grew the
+# stack to max_stack_depth (2 MB), and a second for the stack's size to
+# be read again, the two agree within a quarter of the stack.
+{
+	# (client_min_messages is debug2: query, not query_safe, which fails on stderr)
+	my ($pid) = $d->query('SELECT pg_backend_pid()') =~ /(\d+)/;
+	my $field = sub {
+		open my $fh, '<', "/proc/$pid/status" or return -1;
+		my ($kb) = join('', <$fh>) =~ /^$_[0]:\s+(\d+) kB/m;
+		return defined $kb ? $kb * 1024 : -1;
+	};
+	# (a sum of 8,000 terms: its analysis recurses once per term, and
+	# maps little, where a recursive function's frames would run into the
+	# guard's limit first)
+	# (after a second idle: the guard's look counts the backend idle, and
+	# gives it room for a client message, and for parsing it)
+	sleep 1;
+	$d->{stderr} = '';
+	$d->query('SELECT ' . join('+', (1) x 8000));
+	like($d->{stderr}, qr/stack depth limit exceeded/, 'a deeply nested expression reaches max_stack_depth');
+	my $stack = $field->('VmStk');
+	sleep 1.2;
+	$d->{stderr} = '';
+	$d->query('SELECT count(*) FROM generate_series(1, 1000 + (0 * random())::int)');
+	my ($vm) = $d->{stderr} =~ /glibc_malloc start share: \d+ of room .* vmdata (\d+)/;
+	my $vmdata = $field->('VmData');
+	diag sprintf('after a deep nesting: VmStk %.1f MB; the start share counts from %s, VmData %.1f MB',
+		$stack / $MB, defined $vm ? sprintf('%.1f MB', $vm / $MB) : 'nothing (no share)', $vmdata / $MB);
+	cmp_ok($stack, '>=', 1.5 * $MB, 'the stack grew');
+	ok(defined $vm && abs($vm - $vmdata) < $stack / 4,
+		"the share counts from the backend's VmData, not VmData and the stack");
+}
 $d->quit;
 $_->quit for @kept;
 
@@ -248,16 +285,19 @@ $_->quit for @kept;
 	my $pid = $s->query_safe('SELECT pg_backend_pid()');
 	$s->query_safe('SELECT 1');
 	my @shares0 = shares();
+	my $t0 = time;
 	my @lines = GlibcMallocTest::traced_lines($pid, sub { $s->query_safe('SELECT 1') for 1 .. $n },
 		'openat,pread64', '-y');
+	my $took = time - $t0;
 	my @shares1 = shares();
 	my $status = grep { m{openat\(.*"/proc/self/status"} } @lines;
 	my $opens = grep { m{openat\(.*"/proc/self/statm"} } @lines;
 	my $statm = grep { m{pread64\(\d+</proc/\d+/statm>} } @lines;
 	diag sprintf('%d short statements with the guard engaged: %d opens of /proc/self/status, %d of /proc/self/statm, %d reads of statm kept open',
 		$n, $status, $opens, $statm);
-	# (with room for a few reads of the idle point's, asked by the monitor)
-	cmp_ok($status, '<', $n / 10, "$n short statements do not read /proc/self/status");
+	# (with room for the reads of a second: the stack's size, the
+	# statistics the backend publishes, the idle point's asked by the monitor)
+	cmp_ok($status, '<', $n / 10 + 4 * $took, "$n short statements do not read /proc/self/status");
 	cmp_ok($opens, '<=', 1, 'nor open /proc/self/statm: it is kept open');
 	cmp_ok($statm, '>=', $n, 'they read statm from it: their shares and their ends did read what they map');
 	cmp_ok($statm, '<', 2.5 * $n, 'twice each, not more');
