@@ -39,7 +39,11 @@
  * of it to the earliest, a quarter to the next, ..., the latest the
  * remainder; all of it to one that works alone; a group's processes take
  * their halvings together, in equal parts), so that a statement that
- * just started, its growth unknown, still gets room.  What one
+ * just started, its growth unknown, still gets room.  The halvings go
+ * only to the processes that may be growing (halving_claimed): not to a
+ * statement that has run past its first windows without growing (a
+ * pg_sleep, a lock wait, a scan that keeps nothing), which would hold
+ * them, unused, ahead of a statement that just started.  What one
  * class does not take goes to the other.  So in a
  * burst of statements that do not all fit, the first ones complete and the
  * last ones get the ERROR early, before they hold much (served smallest
@@ -412,6 +416,19 @@ growth_claim(const GmGuardProc *p)
 }
 
 /*
+ * Whether a working process takes part in the halvings: its growth is not
+ * known yet, it grew over the last window, its work is fresh or started
+ * since the last look, or it holds a reservation.  One that ran through a
+ * whole window without growing keeps its equal share only.
+ */
+static bool
+halving_claimed(const GmGuardProc *p)
+{
+	return p->working && (p->growth == GM_GROWTH_UNKNOWN || p->growth > 0 || p->fresh ||
+						  p->started || p->reserved > 0);
+}
+
+/*
  * The policy: sets each process's decision fields (working, allow, message,
  * reserve, limit, set, lowered) and out.  Sorts procs by since.  With the guard not
  * engaged after this look, every limit is GM_NO_LIMIT.
@@ -574,14 +591,26 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 		int			ngroups = 0;
 		int			seen = 0;
 		int			earliest = -1;
+		bool		any_claimed = false;
 
 		share -= share % GM_GUARD_GRAIN;
 		halves = budget - share * nworking;
+		for (int i = 0; i < n; i++)
+			any_claimed = any_claimed || halving_claimed(&procs[i]);
+		/* Every working process has its equal share. */
+		for (int i = 0; i < n; i++)
+			if (procs[i].working)
+				procs[i].allow += share;
+
+		/*
+		 * The halvings: to the groups with a process that claims them (to
+		 * every working group when none does).
+		 */
 		for (int i = 0, end; i < n; i = end)
 		{
 			end = group_end(procs, n, i);
 			for (int j = i; j < end; j++)
-				if (procs[j].working)
+				if (any_claimed ? halving_claimed(&procs[j]) : procs[j].working)
 				{
 					ngroups++;
 					break;
@@ -592,8 +621,13 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 			int64		half = 0;
 			int64		each;
 			int			members = 0;
+			bool		claims = false;
 
 			end = group_end(procs, n, i);
+			for (int j = i; j < end; j++)
+				claims = claims || (any_claimed ? halving_claimed(&procs[j]) : procs[j].working);
+			if (!claims)
+				continue;
 			for (int j = i; j < end; j++)
 				if (procs[j].working)
 				{
@@ -601,8 +635,6 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 					if (earliest < 0)
 						earliest = j;
 				}
-			if (members == 0)
-				continue;
 
 			/*
 			 * A group takes the halvings its working processes would take in
@@ -619,7 +651,7 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 			each -= each % GM_GUARD_GRAIN;
 			for (int j = i; j < end; j++)
 				if (procs[j].working)
-					procs[j].allow += share + each;
+					procs[j].allow += each;
 			rounded += half - each * members;
 		}
 		procs[earliest].allow += rounded + halves;

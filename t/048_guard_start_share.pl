@@ -31,6 +31,9 @@
 #  - a short statement opens no file: its start share and its end read
 #    /proc/self/statm from a descriptor kept open, seen by strace; a CALL
 #    that commits inside reads it at that commit and at its end too;
+#  - a statement that maps megabytes as it is parsed and analyzed, before any
+#    hook, beside 30 sessions in pg_sleep that work without growing, gets
+#    the guard's halvings (they get their equal shares): it is not refused;
 #  - a start share counts from the backend's VmData, not from statm's
 #    data pages with the stack, after a statement grew the stack;
 #  - glibc_malloc_guard counts the start shares (start_shares) and what
@@ -248,15 +251,18 @@ like($share_line // '', qr/^glibc_malloc start share: 16777216 of room \d+ taken
 		my ($kb) = join('', <$fh>) =~ /^$_[0]:\s+(\d+) kB/m;
 		return defined $kb ? $kb * 1024 : -1;
 	};
-	# (a sum of 8,000 terms: its analysis recurses once per term, and
-	# maps little, where a recursive function's frames would run into the
-	# guard's limit first)
-	# (after a second idle: the guard's look counts the backend idle, and
-	# gives it room for a client message, and for parsing it)
-	sleep 1;
+	# (a sum of 30,000 terms: its analysis recurses once per term and
+	# maps megabytes before any hook of the module runs, where a recursive
+	# function's frames would run into the guard's limit first.  Sent
+	# right after another statement, a look sees it working while it is
+	# parsed and analyzed, among the 30 sessions in pg_sleep that work
+	# without growing: the guard's halvings go to it, not to them, and it
+	# gets as far as the stack's limit.  Before, they went to the
+	# sleepers, earliest first, and it got 2 MB and "out of memory".)
 	$d->{stderr} = '';
-	$d->query('SELECT ' . join('+', (1) x 8000));
-	like($d->{stderr}, qr/stack depth limit exceeded/, 'a deeply nested expression reaches max_stack_depth');
+	$d->query('SELECT ' . join('+', (1) x 30000));
+	like($d->{stderr}, qr/stack depth limit exceeded/,
+		'a deeply nested expression reaches max_stack_depth, beside 30 sessions in pg_sleep: not "out of memory" in its parse');
 	my $stack = $field->('VmStk');
 	sleep 1.2;
 	$d->{stderr} = '';
