@@ -355,6 +355,7 @@ extern bool gm_shmem_guard_engaged(void);
 extern uint32 gm_shmem_guard_starts(int slotno);
 extern void gm_shmem_guard_reads_client(bool on);
 extern bool gm_shmem_guard_in_statement(int slotno, int pid);
+extern bool gm_shmem_stalled(int slotno, int pid);
 extern void gm_shmem_set_guard_working(int slotno, int pid, bool working);
 extern int64 gm_shmem_guard_engaged_at(void);
 extern int	gm_shmem_monitor_source(void);
@@ -496,6 +497,8 @@ typedef struct GmGuardProc
 	int64		grown;			/* and since the current window began */
 	bool		waits_for_client;	/* idle, or idle in a transaction */
 	bool		started;		/* a statement started since the last look */
+	bool		stalled;		/* it waits in pg_sleep, for a heavyweight
+								 * lock or to write to its client */
 	bool		in_statement;	/* it waits for its client inside a
 								 * top-level statement (COPY FROM STDIN,
 								 * a suspended portal) */

@@ -40,10 +40,10 @@
  * remainder; all of it to one that works alone; a group's processes take
  * their halvings together, in equal parts), so that a statement that
  * just started, its growth unknown, still gets room.  The halvings go
- * only to the processes that may be growing (halving_claimed): not to a
- * statement that has run past its first windows without growing (a
- * pg_sleep, a lock wait, a scan that keeps nothing), which would hold
- * them, unused, ahead of a statement that just started.  What one
+ * only to the processes that do not wait in pg_sleep, for a lock or to
+ * write to their client (halving_claimed), which would hold them, unused,
+ * ahead of a statement that just started; when all wait so, to them all.
+ * What one
  * class does not take goes to the other.  So in a
  * burst of statements that do not all fit, the first ones complete and the
  * last ones get the ERROR early, before they hold much (served smallest
@@ -416,16 +416,17 @@ growth_claim(const GmGuardProc *p)
 }
 
 /*
- * Whether a working process takes part in the halvings: its growth is not
- * known yet, it grew over the last window, its work is fresh or started
- * since the last look, or it holds a reservation.  One that ran through a
- * whole window without growing keeps its equal share only.
+ * Whether a working process takes part in the halvings: it does not wait
+ * in pg_sleep, for a heavyweight lock or to write to its client at this
+ * look (stalled), where its statement does not grow; such a one keeps its
+ * equal share only.  Growth is not the test: a sort between two doublings
+ * or a hash table filling before it grows may not grow for a window, and
+ * needs its room when it does.
  */
 static bool
 halving_claimed(const GmGuardProc *p)
 {
-	return p->working && (p->growth == GM_GROWTH_UNKNOWN || p->growth > 0 || p->fresh ||
-						  p->started || p->reserved > 0);
+	return p->working && !p->stalled;
 }
 
 /*

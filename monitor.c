@@ -624,6 +624,7 @@ guard_measure(const GmLimits *l, const GmSnapshot *snaps, int n, bool observe, i
 		/* A statement started since the last look: working at once. */
 		c->started = starts != g->starts;
 		c->in_statement = in_statement;
+		c->stalled = gm_shmem_stalled(s->slot, s->pid);
 		g->starts = starts;
 
 		/*

@@ -1518,6 +1518,19 @@ reserved_wait(int slotno, int pid)
 }
 
 /*
+ * The monitor: whether the process in slot slotno, if still pid's, waits
+ * in pg_sleep, for a heavyweight lock or to write to its client (a read
+ * without a lock): its statement does not grow meanwhile.
+ */
+bool
+gm_shmem_stalled(int slotno, int pid)
+{
+	GmReservedWait w = reserved_wait(slotno, pid);
+
+	return w == GM_RESERVED_LOCK || w == GM_RESERVED_SLEEP || w == GM_RESERVED_CLIENT_WRITE;
+}
+
+/*
  * The monitor, at each look, just before it reads the usage: the VmData
  * and RssAnon of each process admitted for a statement (memory_wait), into
  * looks (room for every slot; returns how many), without the lock: they

@@ -524,18 +524,19 @@ main(void)
 	}
 
 	/*
-	 * 30 sessions in pg_sleep, working for seconds without growing, and a
+	 * 30 sessions in pg_sleep (stalled: their wait event says so) and a
 	 * statement that just started (t/048): the halvings go to the one
-	 * that may grow, not to the sleepers ahead of it, which keep their
-	 * equal shares; 130 MB of budget.  Before, the earliest sleeper got
-	 * 36 MB and the new statement 2 MB.
+	 * that runs, not to the sleepers ahead of it, which keep their equal
+	 * shares; all of the budget handed out.  Before, the earliest sleeper
+	 * got 36 MB and the new statement 2 MB.
 	 */
 	in.limit = 800 * MB;
-	in.usage = 736 * MB - 64 * MB - 130 * MB;
+	in.usage = 600 * MB;
 	for (int i = 0; i < 30; i++)
 	{
 		procs[i] = proc(i + 1, 3 * MB, 0, false, false);
 		procs[i].since = i + 1;
+		procs[i].stalled = true;
 	}
 	procs[30] = proc(31, 3 * MB, 0, false, true);
 	procs[30].fresh = true;
@@ -543,32 +544,44 @@ main(void)
 	gm_guard_policy(&in, procs, 31, &d);
 	{
 		bool		equal = true;
+		int64		total = 0;
 
 		for (int pid = 1; pid <= 30; pid++)
 			equal = equal && find(procs, 31, pid)->allow == find(procs, 31, 1)->allow;
-		ok(d.engaged && equal && find(procs, 31, 1)->allow <= d.budget / 2 / 31 + 256 * 1024 &&
+		for (int pid = 1; pid <= 31; pid++)
+			total += find(procs, 31, pid)->allow;
+		ok(d.engaged && d.budget > 100 * MB && equal && total == d.budget &&
+		   find(procs, 31, 1)->allow <= d.budget / 2 / 31 + 256 * 1024 &&
 		   find(procs, 31, 31)->allow >= d.budget / 2,
-		   "30 sleepers working without growing and a statement that just started: it takes the halvings, each sleeper its equal share");
+		   "30 sessions in pg_sleep and a statement that just started: it takes the halvings, each sleeper its equal share, all of the budget handed out");
 	}
 	/* The same sleepers alone: nobody claims the halvings, the earliest takes them. */
 	gm_guard_policy(&in, procs, 30, &d);
 	ok(find(procs, 30, 1)->allow > find(procs, 30, 2)->allow &&
 	   find(procs, 30, 1)->allow >= d.budget / 4,
 	   "sleepers alone: the halvings go earliest first, as to a burst whose growth is not known");
-	/* A sleeper that grew over the last window claims them again. */
+
+	/*
+	 * A long aggregate that did not grow over the last window (its hash
+	 * table fills before it doubles), beside the sleepers and a statement
+	 * that just started: it does not wait, so it keeps the first halving.
+	 */
 	for (int i = 0; i < 30; i++)
 	{
 		procs[i] = proc(i + 1, 3 * MB, 0, false, false);
-		procs[i].since = i + 1;
+		procs[i].since = i + 2;
+		procs[i].stalled = true;
 	}
-	procs[29].growth = 4 * MB;
 	procs[30] = proc(31, 3 * MB, 0, false, true);
 	procs[30].fresh = true;
 	procs[30].since = 500;
-	gm_guard_policy(&in, procs, 31, &d);
-	ok(find(procs, 31, 30)->allow >= d.budget / 4 && find(procs, 31, 31)->allow > find(procs, 31, 1)->allow + 8 * MB &&
-	   find(procs, 31, 1)->allow == find(procs, 31, 2)->allow,
-	   "a sleeper that grew claims the halvings before the new statement, which takes the rest; the others keep their equal shares");
+	procs[31] = proc(32, 80 * MB, 0, false, false);
+	procs[31].since = 1;
+	gm_guard_policy(&in, procs, 32, &d);
+	ok(find(procs, 32, 32)->allow >= d.budget / 4 && find(procs, 32, 31)->allow >= d.budget / 8 &&
+	   find(procs, 32, 1)->allow == find(procs, 32, 2)->allow &&
+	   find(procs, 32, 1)->allow <= d.budget / 2 / 32 + 256 * 1024,
+	   "an aggregate that did not grow for a window keeps the first halving, the new statement the rest; the sleepers their equal shares");
 
 	/*
 	 * A fast burst: 8 sorts engage the guard before their growth is known,
