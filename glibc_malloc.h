@@ -498,7 +498,8 @@ typedef struct GmGuardProc
 	bool		waits_for_client;	/* idle, or idle in a transaction */
 	bool		started;		/* a statement started since the last look */
 	bool		stalled;		/* it waits in pg_sleep, for a heavyweight
-								 * lock or to write to its client */
+								 * lock or to write to its client, at this
+								 * look and the one before */
 	bool		in_statement;	/* it waits for its client inside a
 								 * top-level statement (COPY FROM STDIN,
 								 * a suspended portal) */

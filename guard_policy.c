@@ -43,8 +43,7 @@
  * only to the processes that do not wait in pg_sleep, for a lock or to
  * write to their client (halving_claimed), which would hold them, unused,
  * ahead of a statement that just started; when all wait so, to them all.
- * What one
- * class does not take goes to the other.  So in a
+ * What one class does not take goes to the other.  So in a
  * burst of statements that do not all fit, the first ones complete and the
  * last ones get the ERROR early, before they hold much (served smallest
  * first, all would grow together and most fail near the target).
@@ -416,10 +415,10 @@ growth_claim(const GmGuardProc *p)
 }
 
 /*
- * Whether a working process takes part in the halvings: it does not wait
- * in pg_sleep, for a heavyweight lock or to write to its client at this
- * look (stalled), where its statement does not grow; such a one keeps its
- * equal share only.  Growth is not the test: a sort between two doublings
+ * Whether a working process takes part in the halvings: it was not seen
+ * waiting in pg_sleep, for a heavyweight lock or to write to its client
+ * at this look and the one before (stalled, monitor.c), where its
+ * statement does not grow; such a one keeps its equal share only.  Growth is not the test: a sort between two doublings
  * or a hash table filling before it grows may not grow for a window, and
  * needs its room when it does.
  */

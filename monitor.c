@@ -164,6 +164,10 @@ typedef struct GmGuarded
 	int			fail_pid;		/* observe: the process last counted in
 								 * would_fail; 0 = none */
 	uint32		fail_starts;	/* ... at this count of its starts */
+	int			stalled_pid;	/* the process stalled_looks counts; 0 = none */
+	int			stalled_looks;	/* looks in a row that saw it wait in
+								 * pg_sleep, for a lock or to write to its
+								 * client */
 } GmGuarded;
 
 static GmGuarded *guarded = NULL;
@@ -624,7 +628,13 @@ guard_measure(const GmLimits *l, const GmSnapshot *snaps, int n, bool observe, i
 		/* A statement started since the last look: working at once. */
 		c->started = starts != g->starts;
 		c->in_statement = in_statement;
-		c->stalled = gm_shmem_stalled(s->slot, s->pid);
+		/* Waiting so at two looks in a row: not a brief lock wait (an extension's). */
+		if (!gm_shmem_stalled(s->slot, s->pid))
+			g->stalled_looks = 0;
+		else
+			g->stalled_looks = Min((g->stalled_pid == s->pid ? g->stalled_looks : 0) + 1, 2);
+		g->stalled_pid = s->pid;
+		c->stalled = g->stalled_looks >= 2;
 		g->starts = starts;
 
 		/*

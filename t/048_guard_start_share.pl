@@ -32,7 +32,7 @@
 #    /proc/self/statm from a descriptor kept open, seen by strace; a CALL
 #    that commits inside reads it at that commit and at its end too;
 #  - a statement that maps megabytes as it is parsed and analyzed, before any
-#    hook, beside 30 sessions in pg_sleep that work without growing, gets
+#    hook, beside 30 sessions that wait in pg_sleep, gets
 #    the guard's halvings (they get their equal shares): it is not refused;
 #  - a start share counts from the backend's VmData, not from statm's
 #    data pages with the stack, after a statement grew the stack;
@@ -255,8 +255,8 @@ like($share_line // '', qr/^glibc_malloc start share: 16777216 of room \d+ taken
 	# maps megabytes before any hook of the module runs, where a recursive
 	# function's frames would run into the guard's limit first.  Sent
 	# right after another statement, a look sees it working while it is
-	# parsed and analyzed, among the 30 sessions in pg_sleep that work
-	# without growing: the guard's halvings go to it, not to them, and it
+	# parsed and analyzed, among the 30 sessions that wait in pg_sleep:
+	# the guard's halvings go to it, not to them, and it
 	# gets as far as the stack's limit.  Before, they went to the
 	# sleepers, earliest first, and it got 2 MB and "out of memory".)
 	$d->{stderr} = '';

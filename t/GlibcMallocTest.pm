@@ -16,6 +16,20 @@ use Test::More;
 use Time::HiRes qw(usleep);
 use POSIX ();
 
+# Every background psql session times out per query, not once for its
+# whole life: a session that polls through a long test (t/038's watcher
+# runs through every burst) died after 180 s in all on a loaded machine,
+# its queries each taking milliseconds.
+{
+	no warnings 'redefine';
+	my $background_psql = \&PostgreSQL::Test::Cluster::background_psql;
+	*PostgreSQL::Test::Cluster::background_psql = sub {
+		my $session = $background_psql->(@_);
+		$session->set_query_timer_restart if $session->can('set_query_timer_restart');
+		return $session;
+	};
+}
+
 our @EXPORT = qw(new_node workload seed_sort_table seed_sort glibc_params glibc_var rss_anon
   count_syscalls settings_of parallel_option wait_for check_clean_server test_module
   write_file test_cgroup_v1 enter_cgroup_v1 cgroup_v1_oom_kills wait_for_log_text

@@ -584,6 +584,47 @@ main(void)
 	   "an aggregate that did not grow for a window keeps the first halving, the new statement the rest; the sleepers their equal shares");
 
 	/*
+	 * A parallel query whose leader waits to write to its client while
+	 * its two workers run, beside 10 sleepers: the query claims the
+	 * halvings together (its three processes equal parts); an all-waiting
+	 * query beside it keeps equal shares.
+	 */
+	for (int i = 0; i < 10; i++)
+	{
+		procs[i] = proc(i + 1, 3 * MB, 0, false, false);
+		procs[i].since = i + 1;
+		procs[i].stalled = true;
+	}
+	for (int i = 10; i < 13; i++)
+	{
+		procs[i] = proc(i + 1, 20 * MB, 0, false, false);
+		procs[i].since = 50;
+		procs[i].group = 11;
+	}
+	procs[10].stalled = true;
+	for (int i = 13; i < 15; i++)
+	{
+		procs[i] = proc(i + 1, 20 * MB, 0, false, false);
+		procs[i].since = 40;
+		procs[i].group = 14;
+		procs[i].stalled = true;
+	}
+	gm_guard_policy(&in, procs, 15, &d);
+	{
+		int64		total = 0;
+
+		for (int pid = 1; pid <= 15; pid++)
+			total += find(procs, 15, pid)->allow;
+		ok(total == d.budget &&
+		   find(procs, 15, 12)->allow == find(procs, 15, 13)->allow &&
+		   find(procs, 15, 11)->allow + 256 * 1024 >= find(procs, 15, 12)->allow &&
+		   find(procs, 15, 12)->allow >= d.budget / 2 / 3 &&
+		   find(procs, 15, 14)->allow == find(procs, 15, 1)->allow &&
+		   find(procs, 15, 15)->allow == find(procs, 15, 1)->allow,
+		   "a parallel query with running workers claims the halvings in equal parts, its waiting leader too; an all-waiting query keeps equal shares");
+	}
+
+	/*
 	 * A fast burst: 8 sorts engage the guard before their growth is known,
 	 * 106 MB of budget.  The earliest gets far more than the latest, so
 	 * that the first ones can complete rather than all failing together.
