@@ -531,7 +531,7 @@ gm_proc_statm_self(int64 *rss_anon)
 	return digits[5] ? Max(vals[5] * page - stack_bytes(), 0) : -1;
 }
 
-/* This process's VmData (gm_proc_statm_self), -1 if unknown: the executor's check and a statement's end. */
+/* This process's VmData (gm_proc_statm_self), -1 if unknown: a statement's end. */
 int64
 gm_proc_statm_data_bytes(void)
 {

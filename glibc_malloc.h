@@ -497,9 +497,9 @@ typedef struct GmGuardProc
 	int64		grown;			/* and since the current window began */
 	bool		waits_for_client;	/* idle, or idle in a transaction */
 	bool		started;		/* a statement started since the last look */
-	bool		stalled;		/* it waits in pg_sleep, for a heavyweight
-								 * lock or to write to its client, at this
-								 * look and the one before */
+	bool		stalled;		/* it waits in pg_sleep or to write to
+								 * its client, at this look and the one
+								 * before */
 	bool		in_statement;	/* it waits for its client inside a
 								 * top-level statement (COPY FROM STDIN,
 								 * a suspended portal) */

@@ -40,8 +40,8 @@
  * remainder; all of it to one that works alone; a group's processes take
  * their halvings together, in equal parts), so that a statement that
  * just started, its growth unknown, still gets room.  The halvings go
- * only to the processes that do not wait in pg_sleep, for a lock or to
- * write to their client (halving_claimed), which would hold them, unused,
+ * only to the processes that do not wait in pg_sleep or to write to
+ * their client (halving_claimed), which would hold them, unused,
  * ahead of a statement that just started; when all wait so, to them all.
  * What one class does not take goes to the other.  So in a
  * burst of statements that do not all fit, the first ones complete and the
@@ -416,9 +416,9 @@ growth_claim(const GmGuardProc *p)
 
 /*
  * Whether a working process takes part in the halvings: it was not seen
- * waiting in pg_sleep, for a heavyweight lock or to write to its client
- * at this look and the one before (stalled, monitor.c), where its
- * statement does not grow; such a one keeps its equal share only.  Growth is not the test: a sort between two doublings
+ * waiting in pg_sleep or to write to its client at this look and the one
+ * before (stalled, monitor.c), where its statement does not grow; such a
+ * one keeps its equal share only.  Growth is not the test: a sort between two doublings
  * or a hash table filling before it grows may not grow for a window, and
  * needs its room when it does.
  */

@@ -166,8 +166,7 @@ typedef struct GmGuarded
 	uint32		fail_starts;	/* ... at this count of its starts */
 	int			stalled_pid;	/* the process stalled_looks counts; 0 = none */
 	int			stalled_looks;	/* looks in a row that saw it wait in
-								 * pg_sleep, for a lock or to write to its
-								 * client */
+								 * pg_sleep or to write to its client */
 } GmGuarded;
 
 static GmGuarded *guarded = NULL;
@@ -628,7 +627,7 @@ guard_measure(const GmLimits *l, const GmSnapshot *snaps, int n, bool observe, i
 		/* A statement started since the last look: working at once. */
 		c->started = starts != g->starts;
 		c->in_statement = in_statement;
-		/* Waiting so at two looks in a row: not a brief lock wait (an extension's). */
+		/* Waiting so at two looks in a row: not a moment's ClientWrite. */
 		if (!gm_shmem_stalled(s->slot, s->pid))
 			g->stalled_looks = 0;
 		else

@@ -1519,15 +1519,17 @@ reserved_wait(int slotno, int pid)
 
 /*
  * The monitor: whether the process in slot slotno, if still pid's, waits
- * in pg_sleep, for a heavyweight lock or to write to its client (a read
- * without a lock): its statement does not grow meanwhile.
+ * in pg_sleep or to write to its client (a read without a lock): its
+ * statement does not grow meanwhile.  Not a lock wait: a CREATE INDEX
+ * that waited for its lock fills its sort at once when it gets it, and
+ * extension and tuple locks are waited for briefly.
  */
 bool
 gm_shmem_stalled(int slotno, int pid)
 {
 	GmReservedWait w = reserved_wait(slotno, pid);
 
-	return w == GM_RESERVED_LOCK || w == GM_RESERVED_SLEEP || w == GM_RESERVED_CLIENT_WRITE;
+	return w == GM_RESERVED_SLEEP || w == GM_RESERVED_CLIENT_WRITE;
 }
 
 /*

@@ -301,9 +301,10 @@ $_->quit for @kept;
 	my $statm = grep { m{pread64\(\d+</proc/\d+/statm>} } @lines;
 	diag sprintf('%d short statements with the guard engaged: %d opens of /proc/self/status, %d of /proc/self/statm, %d reads of statm kept open',
 		$n, $status, $opens, $statm);
-	# (with room for the reads of a second: the stack's size, the
-	# statistics the backend publishes, the idle point's asked by the monitor)
-	cmp_ok($status, '<', $n / 10 + 4 * $took, "$n short statements do not read /proc/self/status");
+	# (with room for reads once a second: the stack's size, the statistics
+	# the backend publishes, the idle point's asked by the monitor)
+	diag sprintf('the %d statements took %.1f s under strace', $n, $took);
+	cmp_ok($status, '<', 30, "$n short statements do not read /proc/self/status");
 	cmp_ok($opens, '<=', 1, 'nor open /proc/self/statm: it is kept open');
 	cmp_ok($statm, '>=', $n, 'they read statm from it: their shares and their ends did read what they map');
 	cmp_ok($statm, '<', 2.5 * $n, 'twice each, not more');
