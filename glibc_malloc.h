@@ -392,6 +392,8 @@ extern void gm_shmem_wait_enqueue(int64 need, int64 patience_ms, int64 now);
 extern int	gm_shmem_wait_collect(struct GmAdmitWaiter *w, int max, int64 now, int64 *outstanding,
 								  int64 *room, int64 *ceiling, int *held);
 extern void gm_shmem_wait_hold_share(int64 share, int64 vm, int64 rss, int64 now);
+extern void gm_shmem_wait_admit_at_once(int64 need, int64 vm, int64 rss, int64 now);
+extern bool gm_shmem_wait_queue_empty(void);
 extern void gm_shmem_wait_grow(int64 extra, int64 vm, int64 rss, int64 now);
 extern bool gm_shmem_wait_holds(void);
 extern void gm_shmem_wait_admit(const struct GmAdmitWaiter *w, int n);

@@ -538,6 +538,40 @@ typedef enum GmRound
 } GmRound;
 
 /*
+ * Under the queue's lock, a statement's first round while none waits: the
+ * admission of it alone (gm_guard_admit), from the budget's sums, without
+ * a scan of the slots.  Admitted with its need: its reservation is held
+ * (with the VmData read before the lock as its base) and it returns true;
+ * else the round goes on as one with a queue.
+ */
+static bool
+admit_at_once(int64 now, bool due, const GmFirstRound *first)
+{
+	GmAdmitWaiter me;
+	int64		outstanding;
+	int64		room;
+	int64		ceiling;
+	int			held;
+
+	if (!gm_shmem_wait_queue_empty())
+		return false;
+	(void) gm_shmem_wait_collect(NULL, 0, now, &outstanding, &room, &ceiling, &held);
+	if (room < 0)
+		return false;
+	memset(&me, 0, sizeof(me));
+	me.id = -1;
+	me.need = first->need;
+	me.patience_ms = first->patience_ms;
+	me.mine = true;
+	me.due = due;
+	(void) gm_guard_admit(room - outstanding, ceiling, &me, 1);
+	if (!me.admit)
+		return false;
+	gm_shmem_wait_admit_at_once(first->need, first->vm, first->rss, now);
+	return true;
+}
+
+/*
  * One round of the admission, under the queue's lock: the available bytes
  * are the room up to the guard's target at the monitor's last look, less
  * what the admitted statements still expect to take as of that look; the
@@ -560,6 +594,12 @@ admission_round(int64 now, bool due, bool *hopeless, int64 *grant, const GmFirst
 	GmRound		r;
 
 	gm_shmem_wait_lock();
+	if (first != NULL && admit_at_once(now, due, first))
+	{
+		gm_shmem_wait_unlock();
+		*hopeless = false;
+		return GM_ROUND_ADMITTED;
+	}
 	if (first != NULL)
 		gm_shmem_wait_enqueue(first->need, first->patience_ms, now);
 	n = gm_shmem_wait_collect(admit_buf, admit_max, now, &outstanding, &room, &ceiling, &held);

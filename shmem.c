@@ -86,6 +86,8 @@ typedef struct GmWaitSlot
 	GmWaitState state;
 	pg_atomic_uint32 ended;		/* 1: ADMITTED or RETURNED ended, counts as
 								 * NONE (the owner's, set without the lock) */
+	pg_atomic_uint64 counted;	/* its part of wait_taken (slot_recount) */
+	pg_atomic_uint32 counted_held;	/* and of wait_held: 1 or 0 */
 	int			pid;
 	uint64		arrival;		/* the queue's order */
 	int64		need;			/* bytes: WAITING's need, ADMITTED's reservation */
@@ -188,6 +190,11 @@ typedef struct GmShared
 	pg_atomic_uint32 wait_looks;	/* the monitor's looks published */
 	pg_atomic_uint32 wait_waiting;	/* slots WAITING (changed under
 									 * wait_lock; read without it) */
+	pg_atomic_uint64 wait_taken;	/* what the admitted statements still
+									 * expect to take, as of the monitor's
+									 * last look: the sum of the slots'
+									 * counted (an int64; slot_recount) */
+	pg_atomic_uint32 wait_held;	/* the slots ADMITTED: their counted_held */
 	int			nslots;
 	GmSlot		slots[FLEXIBLE_ARRAY_MEMBER];
 } GmShared;
@@ -199,6 +206,8 @@ static GmShared *shared = NULL;
 static GmSlot *my_slot = NULL;
 static int	my_slot_pid = 0;
 static int64 last_publish = 0;	/* gm_monotonic_usec(); 0 = never */
+
+static void slot_recount(GmWaitSlot *ws);
 
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 #if PG_VERSION_NUM >= 150000
@@ -254,6 +263,8 @@ gm_shmem_startup(void)
 			pg_atomic_init_u32(&shared->slots[i].worker_limit_oom, 0);
 			pg_atomic_init_u32(&shared->slots[i].guard_starts, 0);
 			pg_atomic_init_u32(&shared->slots[i].wait.ended, 0);
+			pg_atomic_init_u64(&shared->slots[i].wait.counted, 0);
+			pg_atomic_init_u32(&shared->slots[i].wait.counted_held, 0);
 		}
 		pg_atomic_init_u64(&shared->oom_errors[0], 0);
 		pg_atomic_init_u64(&shared->oom_errors[1], 0);
@@ -265,6 +276,8 @@ gm_shmem_startup(void)
 			pg_atomic_init_u64(&shared->wait_counts[k], 0);
 		pg_atomic_init_u32(&shared->wait_looks, 0);
 		pg_atomic_init_u32(&shared->wait_waiting, 0);
+		pg_atomic_init_u64(&shared->wait_taken, 0);
+		pg_atomic_init_u32(&shared->wait_held, 0);
 		shared->counters_since = GetCurrentTimestamp();
 	}
 	LWLockRelease(AddinShmemInitLock);
@@ -379,6 +392,7 @@ claim_slot(void)
 	slot->guard_in_statement = false;
 	slot->wait.state = GM_WAIT_NONE;	/* a crashed predecessor's: none survive */
 	pg_atomic_write_u32(&slot->wait.ended, 0);
+	slot_recount(&slot->wait);
 	slot->changecount++;
 	pg_write_barrier();
 	memset(&slot->snap, 0, sizeof(slot->snap));
@@ -1256,6 +1270,47 @@ wait_state(GmWaitSlot *ws)
 	return pg_atomic_read_u32(&ws->ended) != 0 ? GM_WAIT_NONE : ws->state;
 }
 
+/* What the admission counts slot ws as still taking: gm_guard_outstanding of its reservation. */
+static int64
+slot_outstanding(GmWaitSlot *ws)
+{
+	GmWaitState st = wait_state(ws);
+
+	if (st != GM_WAIT_ADMITTED && st != GM_WAIT_RETURNED)
+		return 0;
+	return gm_guard_outstanding(ws->need, ws->base_vmdata >= 0 && ws->look_vmdata >= 0 ?
+								ws->look_vmdata - ws->base_vmdata : 0,
+								ws->look_gap, st == GM_WAIT_RETURNED);
+}
+
+/*
+ * After slot ws changed (under the lock, or its owner ending it without
+ * the lock): its parts of wait_taken and wait_held follow, so that a round
+ * reads what the admitted statements take in two atomics, not a scan of
+ * every slot.  The owner's end sets ended first, then comes here: an
+ * update under the lock that counted the slot before the end saw it reads
+ * ended again after its exchange and counts it out (both exchanges are
+ * full barriers), so no ended slot stays counted.
+ */
+static void
+slot_recount(GmWaitSlot *ws)
+{
+	for (;;)
+	{
+		int64		c = slot_outstanding(ws);
+		uint32		h = wait_state(ws) == GM_WAIT_ADMITTED ? 1 : 0;
+		int64		old = (int64) pg_atomic_exchange_u64(&ws->counted, (uint64) c);
+		uint32		oldh = pg_atomic_exchange_u32(&ws->counted_held, h);
+
+		if (c != old)
+			pg_atomic_fetch_add_u64(&shared->wait_taken, c - old);
+		if (h != oldh)
+			pg_atomic_fetch_add_u32(&shared->wait_held, (int32) h - (int32) oldh);
+		if ((c == 0 && h == 0) || pg_atomic_read_u32(&ws->ended) == 0)
+			return;
+	}
+}
+
 /* Whether the queue exists and this process has its slot. */
 bool
 gm_shmem_wait_ready(void)
@@ -1305,6 +1360,7 @@ gm_shmem_wait_enqueue(int64 need, int64 patience_ms, int64 now)
 	w->hopeless = false;
 	w->granted = false;
 	w->start = false;
+	slot_recount(w);
 }
 
 /* A slot's base: the VmData its reservation counts from, and its gap from VmData less RssAnon. */
@@ -1344,6 +1400,31 @@ gm_shmem_wait_hold_share(int64 share, int64 vm, int64 rss, int64 now)
 	w->start = true;
 	w->admitted_at = now;
 	w->grew_at = now;
+	slot_recount(w);
+}
+
+/*
+ * Under the lock, while none waits: this process's statement, needing need
+ * bytes, fits and is admitted at once with its reservation, counted from
+ * VmData vm (-1: noted later) and its gap from VmData less RssAnon rss,
+ * never queued: one lock for a statement that fits, without a scan of the
+ * slots.  Counted as an admission.
+ */
+void
+gm_shmem_wait_admit_at_once(int64 need, int64 vm, int64 rss, int64 now)
+{
+	GmWaitSlot *w = &my_slot->wait;
+
+	gm_shmem_wait_hold_share(need, vm, rss, now);
+	w->start = false;
+	pg_atomic_fetch_add_u64(&shared->wait_counts[GM_WAIT_ADMISSIONS], 1);
+}
+
+/* Under the lock: whether no statement waits in the queue (a counter's read). */
+bool
+gm_shmem_wait_queue_empty(void)
+{
+	return pg_atomic_read_u32(&shared->wait_waiting) == 0;
 }
 
 /*
@@ -1378,6 +1459,7 @@ gm_shmem_wait_grow(int64 extra, int64 vm, int64 rss, int64 now)
 	else
 		w->need = Max(w->need, vm - w->base_vmdata) + extra;
 	w->grew_at = now;
+	slot_recount(w);
 }
 
 /*
@@ -1395,53 +1477,36 @@ waits_for_client(int slotno, int pid)
 }
 
 /*
- * Under the lock: the waiters into w (at most max; id is the slot), the
- * room and the ceiling of the monitor's last look (*room, *ceiling; -1 =
- * unknown), and the bytes the admitted statements are still expected to
- * take as of that look: each its
- * reservation less what its process had grown since its admission at the
- * monitor's last look, the look the headroom is of (growth since is in
- * neither: counted with a live VmData against an older headroom, it was
- * counted as room twice, and a burst was admitted past what fits), plus
- * what it had mapped and not touched then (the guard's budget leaves that
- * out of the headroom too: it becomes resident without a new mapping):
- * gm_guard_outstanding.  One whose growth passed its reservation still
- * counts its gap, as does one whose reservation went back, until its
- * statement ends; one whose process left its slot, or that waits for its
- * client, ends here.  *held: how many still hold a reservation, a grant
- * or a start share.  No /proc read.
+ * Under the lock: a reservation whose process left its slot, or that waits
+ * for its client's next command, ends.  Returns whether it did.
  */
-int
-gm_shmem_wait_collect(GmAdmitWaiter *w, int max, int64 now, int64 *outstanding,
-					  int64 *room, int64 *ceiling, int *held)
+static bool
+end_if_lost(int slotno)
+{
+	GmWaitSlot *ws = &shared->slots[slotno].wait;
+	GmWaitState st = wait_state(ws);
+
+	if ((st != GM_WAIT_ADMITTED && st != GM_WAIT_RETURNED) ||
+		(ws->pid == shared->slots[slotno].snap.pid && !waits_for_client(slotno, ws->pid)))
+		return false;
+	ws->state = GM_WAIT_NONE;
+	slot_recount(ws);
+	return true;
+}
+
+/* Under the lock: the waiters into w (at most max), ending the lost reservations met. */
+static int
+collect_waiters(GmAdmitWaiter *w, int max, int64 now)
 {
 	int			n = 0;
 
-	*outstanding = 0;
-	*held = 0;
-	*room = shared->wait_room;
-	*ceiling = shared->wait_ceiling;
 	for (int i = 0; i < shared->nslots; i++)
 	{
 		GmWaitSlot *ws = &shared->slots[i].wait;
 		GmWaitState st = wait_state(ws);
 
 		if (st == GM_WAIT_ADMITTED || st == GM_WAIT_RETURNED)
-		{
-			int64		grown = ws->base_vmdata >= 0 && ws->look_vmdata >= 0 ?
-				ws->look_vmdata - ws->base_vmdata : 0;
-
-			/* Past its need it still holds what it mapped and has not touched. */
-			if (ws->pid != shared->slots[i].snap.pid || waits_for_client(i, ws->pid))
-				ws->state = GM_WAIT_NONE;
-			else
-			{
-				*outstanding += gm_guard_outstanding(ws->need, grown, ws->look_gap,
-													 st == GM_WAIT_RETURNED);
-				if (st == GM_WAIT_ADMITTED)
-					(*held)++;
-			}
-		}
+			(void) end_if_lost(i);
 		else if (st == GM_WAIT_WAITING && n < max)
 		{
 			w[n].id = i;
@@ -1456,6 +1521,40 @@ gm_shmem_wait_collect(GmAdmitWaiter *w, int max, int64 now, int64 *outstanding,
 			n++;
 		}
 	}
+	return n;
+}
+
+/*
+ * Under the lock: the waiters into w (at most max; id is the slot), the
+ * room and the ceiling of the monitor's last look (*room, *ceiling; -1 =
+ * unknown), and the bytes the admitted statements are still expected to
+ * take as of that look: each its reservation less what its process had
+ * grown since its admission at the monitor's last look, the look the
+ * headroom is of (growth since is in neither: counted with a live VmData
+ * against an older headroom, it was counted as room twice, and a burst
+ * was admitted past what fits), plus what it had mapped and not touched
+ * then (the guard's budget leaves that out of the headroom too: it
+ * becomes resident without a new mapping): gm_guard_outstanding, summed
+ * in wait_taken as the slots change.  One whose growth passed its
+ * reservation still counts its gap, as does one whose reservation went
+ * back, until its statement ends.  *held: how many still hold a
+ * reservation, a grant or a start share.  Scans the slots only when some
+ * wait (a reservation whose process left its slot, or that waits for its
+ * client, ends then, else at the monitor's next look): a statement that
+ * fits while none waits takes the lock for a few reads.  No /proc read.
+ */
+int
+gm_shmem_wait_collect(GmAdmitWaiter *w, int max, int64 now, int64 *outstanding,
+					  int64 *room, int64 *ceiling, int *held)
+{
+	int			n = 0;
+
+	*room = shared->wait_room;
+	*ceiling = shared->wait_ceiling;
+	if (pg_atomic_read_u32(&shared->wait_waiting) > 0)
+		n = collect_waiters(w, max, now);
+	*outstanding = (int64) pg_atomic_read_u64(&shared->wait_taken);
+	*held = (int) pg_atomic_read_u32(&shared->wait_held);
 	return n;
 }
 
@@ -1490,6 +1589,7 @@ gm_shmem_wait_admit(const GmAdmitWaiter *w, int n)
 		ws->look_gap = 0;
 		ws->grew_at = gm_monotonic_usec();
 		ws->admitted_at = ws->grew_at;
+		slot_recount(ws);
 		if (!ws->granted)
 			pg_atomic_fetch_add_u64(&shared->wait_counts[GM_WAIT_ADMISSIONS], 1);
 		if (ws->pid != MyProcPid && ws->latch != NULL)
@@ -1604,9 +1704,7 @@ retake_reservations(int64 room, int64 now)
 		GmWaitState st = wait_state(ws);
 
 		if (st == GM_WAIT_ADMITTED || st == GM_WAIT_RETURNED)
-			left -= gm_guard_outstanding(ws->need, ws->look_vmdata >= 0 && ws->base_vmdata >= 0 ?
-										 ws->look_vmdata - ws->base_vmdata : 0, ws->look_gap,
-										 st == GM_WAIT_RETURNED);
+			left -= slot_outstanding(ws);
 		else if (st == GM_WAIT_WAITING && !ws->hopeless)
 			left -= ws->need;	/* a waiter comes before a retake */
 	}
@@ -1626,6 +1724,7 @@ retake_reservations(int64 room, int64 now)
 			ws->state = GM_WAIT_ADMITTED;
 			/* Its hold (gm_guard_reservation_returns) counts from now. */
 			ws->admitted_at = now;
+			slot_recount(ws);
 			left -= rest;
 		}
 	}
@@ -1668,7 +1767,10 @@ gm_shmem_wait_publish(int64 room, int64 ceiling, const GmWaitLook *looks, int n)
 		ws->look_vmdata = looks[k].vmdata;
 		ws->look_gap = Max(looks[k].gap - ws->base_gap, 0);
 		if (ws->base_vmdata < 0)
+		{
+			slot_recount(ws);
 			continue;
+		}
 		if (looks[k].wait == GM_RESERVED_CLIENT_READ)
 		{
 			/* Its statement is over (a suspended portal): it ends. */
@@ -1690,7 +1792,12 @@ gm_shmem_wait_publish(int64 room, int64 ceiling, const GmWaitLook *looks, int n)
 		else if (wait_state(ws) == GM_WAIT_RETURNED && looks[k].grew &&
 				 looks[k].wait == GM_RESERVED_RUNS)
 			retake = true;
+		slot_recount(ws);
 	}
+	/* The reservations lost since (a round ends them only when some wait). */
+	for (int i = 0; i < shared->nslots; i++)
+		if (end_if_lost(i))
+			grew = true;
 	/* Those that grow again take their reservation again, where it fits. */
 	if (retake && room >= 0)
 		retake_reservations(room, now);
@@ -1745,7 +1852,10 @@ gm_shmem_wait_set_base(int64 vm, int64 rss)
 {
 	if (wait_state(&my_slot->wait) == GM_WAIT_ADMITTED && my_slot->wait.pid == MyProcPid &&
 		my_slot->wait.base_vmdata < 0)
+	{
 		wait_set_base(&my_slot->wait, vm, rss);
+		slot_recount(&my_slot->wait);
+	}
 }
 
 /*
@@ -1821,14 +1931,20 @@ gm_shmem_wait_leave(void)
 			pg_atomic_fetch_sub_u32(&shared->wait_waiting, 1);
 		}
 		else if (st != GM_WAIT_NONE)
+		{
 			pg_atomic_write_u32(&slot->wait.ended, 1);	/* admitted meanwhile */
+			slot_recount(&slot->wait);
+		}
 		if (!held)
 			LWLockRelease(shared->wait_lock);
 		if (st == GM_WAIT_WAITING || st == GM_WAIT_NONE)
 			return;
 	}
 	else
+	{
 		(void) pg_atomic_exchange_u32(&slot->wait.ended, 1);	/* a full barrier */
+		slot_recount(&slot->wait);	/* counted out: a read of ended, two exchanges */
+	}
 	/* Wake the waiters, without the lock: a latch that is no longer theirs wakes for nothing. */
 	if (pg_atomic_read_u32(&shared->wait_waiting) == 0)
 		return;

@@ -71,6 +71,26 @@ rnd(void)
 }
 
 /* The process of pid in procs (the policy sorts them). */
+/*
+ * n sessions in pg_sleep (stalled), pids 1..n, each 3 MB, started at
+ * since0 + i, then a statement that just started (pid n + 1, since 500):
+ * n + 1 processes.
+ */
+static int
+sleepers_and_new(GmGuardProc *procs, int n, int64 since0)
+{
+	for (int i = 0; i < n; i++)
+	{
+		procs[i] = proc(i + 1, 3 * MB, 0, false, false);
+		procs[i].since = since0 + i;
+		procs[i].stalled = true;
+	}
+	procs[n] = proc(n + 1, 3 * MB, 0, false, true);
+	procs[n].fresh = true;
+	procs[n].since = 500;
+	return n + 1;
+}
+
 static GmGuardProc *
 find(GmGuardProc *procs, int n, int pid)
 {
@@ -532,16 +552,7 @@ main(void)
 	 */
 	in.limit = 800 * MB;
 	in.usage = 600 * MB;
-	for (int i = 0; i < 30; i++)
-	{
-		procs[i] = proc(i + 1, 3 * MB, 0, false, false);
-		procs[i].since = i + 1;
-		procs[i].stalled = true;
-	}
-	procs[30] = proc(31, 3 * MB, 0, false, true);
-	procs[30].fresh = true;
-	procs[30].since = 500;
-	gm_guard_policy(&in, procs, 31, &d);
+	gm_guard_policy(&in, procs, sleepers_and_new(procs, 30, 1), &d);
 	{
 		bool		equal = true;
 		int64		total = 0;
@@ -566,15 +577,7 @@ main(void)
 	 * table fills before it doubles), beside the sleepers and a statement
 	 * that just started: it does not wait, so it keeps the first halving.
 	 */
-	for (int i = 0; i < 30; i++)
-	{
-		procs[i] = proc(i + 1, 3 * MB, 0, false, false);
-		procs[i].since = i + 2;
-		procs[i].stalled = true;
-	}
-	procs[30] = proc(31, 3 * MB, 0, false, true);
-	procs[30].fresh = true;
-	procs[30].since = 500;
+	(void) sleepers_and_new(procs, 30, 2);
 	procs[31] = proc(32, 80 * MB, 0, false, false);
 	procs[31].since = 1;
 	gm_guard_policy(&in, procs, 32, &d);
