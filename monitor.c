@@ -164,9 +164,10 @@ typedef struct GmGuarded
 	int			fail_pid;		/* observe: the process last counted in
 								 * would_fail; 0 = none */
 	uint32		fail_starts;	/* ... at this count of its starts */
-	int			stalled_pid;	/* the process stalled_looks counts; 0 = none */
-	int			stalled_looks;	/* looks in a row that saw it wait in
-								 * pg_sleep or to write to its client */
+	int			stalled_pid;	/* the process stalled_since is of; 0 = none */
+	int64		stalled_since;	/* the first of the looks in a row that saw
+								 * its statement wait in pg_sleep or to write
+								 * to its client (gm_monotonic_usec); 0 = none */
 } GmGuarded;
 
 static GmGuarded *guarded = NULL;
@@ -627,13 +628,18 @@ guard_measure(const GmLimits *l, const GmSnapshot *snaps, int n, bool observe, i
 		/* A statement started since the last look: working at once. */
 		c->started = starts != g->starts;
 		c->in_statement = in_statement;
-		/* Waiting so at two looks in a row: not a moment's ClientWrite. */
+		/*
+		 * Its statement seen waiting so at every look for an engaged tick
+		 * or more: not a moment's ClientWrite (a start wakes the monitor,
+		 * and two looks may be a millisecond apart).
+		 */
 		if (!gm_shmem_stalled(s->slot, s->pid))
-			g->stalled_looks = 0;
-		else
-			g->stalled_looks = Min((g->stalled_pid == s->pid ? g->stalled_looks : 0) + 1, 2);
+			g->stalled_since = 0;
+		else if (g->stalled_since == 0 || g->stalled_pid != s->pid || starts != g->starts)
+			g->stalled_since = Max(mono, 1);
 		g->stalled_pid = s->pid;
-		c->stalled = g->stalled_looks >= 2;
+		c->stalled = g->stalled_since != 0 &&
+			mono - g->stalled_since >= (int64) GM_GUARD_TICK_MS * 1000;
 		g->starts = starts;
 
 		/*
