@@ -560,7 +560,7 @@ exec_check(PlanState *node)
 {
 	exec_calls = 0;
 	if (exec_desc != NULL && nesting == 1 && node->state == exec_estate &&
-		gm_guard_may_wait() && gm_guard_executor_check(&exec_state))
+		gm_guard_may_check() && gm_guard_executor_check(&exec_state))
 		reserved_desc = exec_desc;
 }
 
@@ -653,8 +653,8 @@ exec_wrap_walker(PlanState *node, void *context)
 }
 
 /*
- * A client's top-level executor starts while the memory guard acts on a
- * limit: the inputs of its plan nodes that keep what they read check its
+ * A client's top-level executor, or a parallel worker's, starts while the
+ * memory guard acts on a limit: the inputs of its plan nodes that keep what they read check its
  * growth every GM_EXEC_CHECK_CALLS calls (gm_guard_executor_check, which
  * does something only while the guard is engaged: a statement of a burst
  * that began calm is checked once it engages).  A node that sets its own
@@ -664,8 +664,8 @@ exec_wrap_walker(PlanState *node, void *context)
 static void
 exec_wrap(QueryDesc *queryDesc, int eflags)
 {
-	if (ActivePortal == NULL || (eflags & EXEC_FLAG_EXPLAIN_ONLY) ||
-		queryDesc->planstate == NULL || !gm_guard_may_wait())
+	if ((ActivePortal == NULL && !IsParallelWorker()) || (eflags & EXEC_FLAG_EXPLAIN_ONLY) ||
+		queryDesc->planstate == NULL || !gm_guard_may_check())
 		return;
 	if (exec_first == NULL)
 	{

@@ -616,6 +616,7 @@ extern void gm_guard_top_statement_end(bool last);
 extern void gm_guard_top_statement_runs(void);
 extern void gm_guard_reads_client(bool on);
 extern bool gm_guard_may_wait(void);
+extern bool gm_guard_may_check(void);
 /* A statement whose need is smaller does not wait (the reserve covers it). */
 #define GM_WAIT_MIN_NEED		((int64) 1024 * 1024)
 extern int64 gm_guard_wait_for_memory(int64 exec_peak, int64 mapped_peak, bool may_wait);

@@ -457,6 +457,23 @@ gm_guard_may_wait(void)
 		gm_shmem_wait_ready() && gm_guarded_process();
 }
 
+/*
+ * Whether the running query's check (gm_guard_executor_check) may act in
+ * this process: where gm_guard_may_wait would, and in a parallel worker
+ * (its slot taken as its statement started), whose growth only the
+ * monitor's looks served: a worker near its limit takes more from the
+ * budget and pauses for it, as its leader does.  A flag test or two when
+ * not.
+ */
+bool
+gm_guard_may_check(void)
+{
+	return gm_shmem_guard_acts() &&
+		(MyBackendType == B_BACKEND || IsParallelWorker()) &&
+		CritSectionCount == 0 && InterruptHoldoffCount == 0 &&
+		gm_shmem_wait_ready() && gm_guarded_process();
+}
+
 /* before_shmem_exit: no queue entry or reservation outlives the process. */
 static void
 wait_at_exit(int code, Datum arg)
@@ -791,7 +808,8 @@ gm_guard_take_start_share(void)
 }
 
 /*
- * The running top-level statement's check, every GM_EXEC_CHECK_CALLS
+ * The running top-level statement's check (a parallel worker's plan's
+ * too, in the worker), every GM_EXEC_CHECK_CALLS
  * calls of the wrapped inputs of its plan (check: its state); acts only
  * while the guard is engaged: at most every GM_EXEC_READ_USEC, where its
  * VmData (gm_proc_statm_data_bytes: from /proc/self/statm, less its

@@ -156,6 +156,36 @@ for my $config ([ '16 hash aggregates', 16, $agg_series, \@serial ],
 	}
 }
 
+# While the guard is engaged (a sidecar holds 900 MB of the 1200), 3
+# parallel joins whose leaders only gather: each worker builds its own
+# hash table, and near its limit takes more from the budget and pauses
+# for it, as a leader's executor does (the DEBUG2 lines, relayed by the
+# leaders, are all the workers' here).  Before, only the monitor's looks
+# served the workers.
+$node->safe_psql('postgres', "CREATE TABLE keys_small AS SELECT * FROM keys LIMIT 400000; VACUUM ANALYZE keys_small");
+{
+	my $filler = start_filler($cg, 900 * $MB);
+	ok(wait_for(sub { guard_counts($node)->[0] eq 't' }, 30), 'a sidecar of 900 MB engages the guard');
+	my $kills0 = cgroup_v1_oom_kills($cg);
+	my @gather = (@parallel, 'SET parallel_leader_participation = off', 'SET glibc_malloc.memory_wait = 0',
+		'SET client_min_messages = debug2');
+	my @runs = map { GlibcMallocTest::start_query($node, 'SELECT count(*) FROM keys_small a JOIN keys_small b USING (k)', @gather) } 1 .. 3;
+	my ($asks, $got, $done) = (0, 0, 0);
+	for my $r (map { finish_query($_) } @runs)
+	{
+		$asks += () = $r->{err} =~ /glibc_malloc executor share: \d+/g;
+		$got += () = $r->{err} =~ /glibc_malloc executor share: [1-9]/g;
+		$done++ if $r->{out} =~ /^\d+$/m;
+	}
+	diag "3 parallel joins, their leaders only gathering, the guard engaged: the workers asked $asks times, got more $got times; $done of 3 completed";
+	cmp_ok($asks, '>', 0, 'the parallel workers, near their limits, asked the budget for more');
+	cmp_ok($got, '>', 0, 'and got more');
+	is(cgroup_v1_oom_kills($cg) - $kills0, 0, 'the kernel killed nothing');
+	restart_if_down();
+	$filler->kill_kill;
+	wait_for(sub { guard_counts($node)->[0] eq 'f' }, 30);
+}
+
 # While the guard is engaged (a sidecar holds 900 MB of the 1200), a
 # process it has not limited yet maps 600 MB at once: a new session's
 # first statement (the planner folds the constant), and a parallel
