@@ -664,7 +664,8 @@ exec_wrap_walker(PlanState *node, void *context)
 static void
 exec_wrap(QueryDesc *queryDesc, int eflags)
 {
-	if ((ActivePortal == NULL && !IsParallelWorker()) || (eflags & EXEC_FLAG_EXPLAIN_ONLY) ||
+	if ((ActivePortal == NULL && !IsParallelWorker()) ||
+		(eflags & EXEC_FLAG_EXPLAIN_ONLY) ||
 		queryDesc->planstate == NULL || !gm_guard_may_check())
 		return;
 	if (exec_first == NULL)

@@ -558,22 +558,21 @@ typedef enum GmRound
  * Under the queue's lock, a statement's first round while none waits: the
  * admission of it alone (gm_guard_admit), from the budget's sums, without
  * a scan of the slots.  Admitted with its need: its reservation is held
- * (with the VmData read before the lock as its base) and it returns true;
- * else the round goes on as one with a queue.
+ * (with the VmData read before the lock as its base) and it returns true,
+ * with the room, what is taken and the ceiling it saw (*room,
+ * *outstanding, *ceiling); else the round goes on as one with a queue.
  */
 static bool
-admit_at_once(int64 now, bool due, const GmFirstRound *first)
+admit_at_once(int64 now, bool due, const GmFirstRound *first,
+			  int64 *room, int64 *outstanding, int64 *ceiling)
 {
 	GmAdmitWaiter me;
-	int64		outstanding;
-	int64		room;
-	int64		ceiling;
 	int			held;
 
 	if (!gm_shmem_wait_queue_empty())
 		return false;
-	(void) gm_shmem_wait_collect(NULL, 0, now, &outstanding, &room, &ceiling, &held);
-	if (room < 0)
+	(void) gm_shmem_wait_collect(NULL, 0, now, outstanding, room, ceiling, &held);
+	if (*room < 0)
 		return false;
 	memset(&me, 0, sizeof(me));
 	me.id = -1;
@@ -581,7 +580,7 @@ admit_at_once(int64 now, bool due, const GmFirstRound *first)
 	me.patience_ms = first->patience_ms;
 	me.mine = true;
 	me.due = due;
-	(void) gm_guard_admit(room - outstanding, ceiling, &me, 1);
+	(void) gm_guard_admit(*room - *outstanding, *ceiling, &me, 1);
 	if (!me.admit)
 		return false;
 	gm_shmem_wait_admit_at_once(first->need, first->vm, first->rss, now);
@@ -611,10 +610,12 @@ admission_round(int64 now, bool due, bool *hopeless, int64 *grant, const GmFirst
 	GmRound		r;
 
 	gm_shmem_wait_lock();
-	if (first != NULL && admit_at_once(now, due, first))
+	if (first != NULL && admit_at_once(now, due, first, &room, &outstanding, &ceiling))
 	{
 		gm_shmem_wait_unlock();
 		*hopeless = false;
+		elog(DEBUG2, "glibc_malloc memory wait: admitted: room " INT64_FORMAT " outstanding " INT64_FORMAT " ceiling " INT64_FORMAT " waiters 0",
+			 room, outstanding, ceiling);
 		return GM_ROUND_ADMITTED;
 	}
 	if (first != NULL)
@@ -884,8 +885,8 @@ gm_guard_executor_check(GmExecCheck *check)
 		gm_shmem_wait_grow(share, vm, rss, now);
 	}
 	gm_shmem_wait_unlock();
-	elog(DEBUG2, "glibc_malloc executor share: " INT64_FORMAT " at " INT64_FORMAT " of limit " INT64_FORMAT " room " INT64_FORMAT " taken " INT64_FORMAT " held %d",
-		 share, vm, movable, room, taken, held);
+	elog(DEBUG2, "glibc_malloc executor share: " INT64_FORMAT " at " INT64_FORMAT " of limit " INT64_FORMAT " room " INT64_FORMAT " taken " INT64_FORMAT " held %d%s",
+		 share, vm, movable, room, taken, held, IsParallelWorker() ? " (a parallel worker)" : "");
 	gm_shmem_wait_count(GM_WAIT_EXEC_ASKS, 1);
 	if (share == 0)
 		return false;

@@ -168,6 +168,7 @@ typedef struct GmGuarded
 	int64		stalled_since;	/* the first of the looks in a row that saw
 								 * its statement wait in pg_sleep or to write
 								 * to its client (gm_monotonic_usec); 0 = none */
+	int64		stalled_read_at;	/* the last look that read it */
 } GmGuarded;
 
 static GmGuarded *guarded = NULL;
@@ -635,8 +636,10 @@ guard_measure(const GmLimits *l, const GmSnapshot *snaps, int n, bool observe, i
 		 */
 		if (!gm_shmem_stalled(s->slot, s->pid))
 			g->stalled_since = 0;
-		else if (g->stalled_since == 0 || g->stalled_pid != s->pid || starts != g->starts)
-			g->stalled_since = Max(mono, 1);
+		else if (g->stalled_since == 0 || g->stalled_pid != s->pid || starts != g->starts ||
+				 mono - g->stalled_read_at > (int64) GM_MONITOR_TICK_MS * 1000)
+			g->stalled_since = Max(mono, 1);	/* (a look skipped it: not in a row) */
+		g->stalled_read_at = mono;
 		g->stalled_pid = s->pid;
 		c->stalled = g->stalled_since != 0 &&
 			mono - g->stalled_since >= (int64) GM_GUARD_TICK_MS * 1000;

@@ -390,7 +390,9 @@ claim_slot(void)
 	pg_atomic_write_u32(&slot->worker_limit_oom, 0);
 	slot->guard_working = false;
 	slot->guard_in_statement = false;
-	slot->wait.state = GM_WAIT_NONE;	/* a crashed predecessor's: none survive */
+	/* A crashed predecessor's: none survive (NONE stored before ended is cleared). */
+	slot->wait.state = GM_WAIT_NONE;
+	pg_write_barrier();
 	pg_atomic_write_u32(&slot->wait.ended, 0);
 	slot_recount(&slot->wait);
 	slot->changecount++;
@@ -1794,10 +1796,11 @@ gm_shmem_wait_publish(int64 room, int64 ceiling, const GmWaitLook *looks, int n)
 			retake = true;
 		slot_recount(ws);
 	}
-	/* The reservations lost since (a round ends them only when some wait). */
-	for (int i = 0; i < shared->nslots; i++)
-		if (end_if_lost(i))
-			grew = true;
+	/* The reservations lost since (a round ends them only when some wait); none held, none lost. */
+	if (pg_atomic_read_u32(&shared->wait_held) != 0 || pg_atomic_read_u64(&shared->wait_taken) != 0)
+		for (int i = 0; i < shared->nslots; i++)
+			if (end_if_lost(i))
+				grew = true;
 	/* Those that grow again take their reservation again, where it fits. */
 	if (retake && room >= 0)
 		retake_reservations(room, now);

@@ -159,9 +159,9 @@ for my $config ([ '16 hash aggregates', 16, $agg_series, \@serial ],
 # While the guard is engaged (a sidecar holds 900 MB of the 1200), 3
 # parallel joins whose leaders only gather: each worker builds its own
 # hash table, and near its limit takes more from the budget and pauses
-# for it, as a leader's executor does (the DEBUG2 lines, relayed by the
-# leaders, are all the workers' here).  Before, only the monitor's looks
-# served the workers.
+# for it, as a leader's executor does (the workers' DEBUG2 lines, relayed
+# by the leaders, say so).  Before, only the monitor's looks served the
+# workers.
 $node->safe_psql('postgres', "CREATE TABLE keys_small AS SELECT * FROM keys LIMIT 400000; VACUUM ANALYZE keys_small");
 {
 	my $filler = start_filler($cg, 900 * $MB);
@@ -173,8 +173,8 @@ $node->safe_psql('postgres', "CREATE TABLE keys_small AS SELECT * FROM keys LIMI
 	my ($asks, $got, $done) = (0, 0, 0);
 	for my $r (map { finish_query($_) } @runs)
 	{
-		$asks += () = $r->{err} =~ /glibc_malloc executor share: \d+/g;
-		$got += () = $r->{err} =~ /glibc_malloc executor share: [1-9]/g;
+		$asks += () = $r->{err} =~ /glibc_malloc executor share: \d+ .*\(a parallel worker\)$/mg;
+		$got += () = $r->{err} =~ /glibc_malloc executor share: [1-9].*\(a parallel worker\)$/mg;
 		$done++ if $r->{out} =~ /^\d+$/m;
 	}
 	diag "3 parallel joins, their leaders only gathering, the guard engaged: the workers asked $asks times, got more $got times; $done of 3 completed";

@@ -70,7 +70,6 @@ rnd(void)
 	return (seed >> 8) & 0xffffff;
 }
 
-/* The process of pid in procs (the policy sorts them). */
 /*
  * n sessions in pg_sleep (stalled), pids 1..n, each 3 MB, started at
  * since0 + i, then a statement that just started (pid n + 1, since 500):
@@ -91,6 +90,7 @@ sleepers_and_new(GmGuardProc *procs, int n, int64 since0)
 	return n + 1;
 }
 
+/* The process of pid in procs (the policy sorts them). */
 static GmGuardProc *
 find(GmGuardProc *procs, int n, int pid)
 {
