@@ -385,7 +385,20 @@ typedef enum GmWaitCount
 	GM_NWAIT_COUNTS
 } GmWaitCount;
 struct GmAdmitWaiter;
+
+/* The admission's budget as read without its lock (gm_shmem_wait_read_budget). */
+typedef struct GmBudgetRead
+{
+	uint32		gen;			/* the exclusive holds begun before the read */
+	int64		room;			/* the room at the monitor's last look; -1 = unknown */
+	int64		ceiling;		/* the most the admission could ever have; -1 = unknown */
+	int64		taken;			/* what the admitted statements still take */
+	int			held;			/* how many hold a reservation or a share */
+} GmBudgetRead;
 extern bool gm_shmem_wait_ready(void);
+extern bool gm_shmem_wait_read_budget(GmBudgetRead *b);
+extern bool gm_shmem_wait_claim(const GmBudgetRead *b, int64 amount, bool admission,
+								int64 vm, int64 rss, int64 now);
 extern void gm_shmem_wait_lock(void);
 extern void gm_shmem_wait_unlock(void);
 extern void gm_shmem_wait_enqueue(int64 need, int64 patience_ms, int64 now);

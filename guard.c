@@ -555,9 +555,10 @@ typedef enum GmRound
 } GmRound;
 
 /*
- * Under the queue's lock, a statement's first round while none waits: the
- * admission of it alone (gm_guard_admit), from the budget's sums, without
- * a scan of the slots.  Admitted with its need: its reservation is held
+ * Under the queue's lock, a statement's first round while none waits (its
+ * try without the lock, admit_without_lock, gave up): the admission of it
+ * alone (gm_guard_admit), from the budget's sums, without a scan of the
+ * slots.  Admitted with its need: its reservation is held
  * (with the VmData read before the lock as its base) and it returns true,
  * with the room, what is taken and the ceiling it saw (*room,
  * *outstanding, *ceiling); else the round goes on as one with a queue.
@@ -597,7 +598,8 @@ admit_at_once(int64 now, bool due, const GmFirstRound *first,
  * gets a grant at once); *grant: a grant's bytes.  The first round
  * (first, not NULL) queues the statement under the same lock, and notes
  * the VmData read before it as its base if it is admitted at once: one
- * lock for a statement that fits, with gm_shmem_wait_leave's none.
+ * lock for a statement that fits when its try without the lock
+ * (admit_without_lock) gave up, with gm_shmem_wait_leave's none.
  */
 static GmRound
 admission_round(int64 now, bool due, bool *hopeless, int64 *grant, const GmFirstRound *first)
@@ -645,6 +647,35 @@ admission_round(int64 now, bool due, bool *hopeless, int64 *grant, const GmFirst
 
 static GmRound wait_loop(int64 start, bool *timed_out, bool *hopeless, int64 *grant);
 static int64 wait_for_need(int64 need, bool may_wait);
+
+/*
+ * A statement's first round without the lock, while none waits and no
+ * one holds it: admitted alone from the budget's sums (gm_guard_admit of
+ * one waiter: the same rule as under the lock), its need claimed at once
+ * (gm_shmem_wait_claim).  Returns whether it was; else the round takes the
+ * lock (it does not fit, it must wait, or another process changed the
+ * budget meanwhile).
+ */
+static bool
+admit_without_lock(int64 now, const GmFirstRound *first)
+{
+	GmBudgetRead b;
+	GmAdmitWaiter me;
+
+	if (!gm_shmem_wait_read_budget(&b) || b.room < 0)
+		return false;
+	memset(&me, 0, sizeof(me));
+	me.id = -1;
+	me.need = first->need;
+	me.patience_ms = first->patience_ms;
+	me.mine = true;
+	(void) gm_guard_admit(b.room - b.taken, b.ceiling, &me, 1);
+	if (!me.admit || !gm_shmem_wait_claim(&b, first->need, true, first->vm, first->rss, now))
+		return false;
+	elog(DEBUG2, "glibc_malloc memory wait: admitted: room " INT64_FORMAT " outstanding " INT64_FORMAT " ceiling " INT64_FORMAT " waiters 0 without the lock",
+		 b.room, b.taken, b.ceiling);
+	return true;
+}
 
 /*
  * An admitted statement whose process the guard limits: wait (at most
@@ -765,8 +796,9 @@ admission_taken(int64 now, int64 *room, int *held)
  * it before the growth of the statements that began before it; then wait
  * (at most GM_GUARD_START_WAIT_MS, not for memory) until the guard's limit
  * covers it.  None left, or the guard not engaged: nothing, it runs as
- * before, served by its growth.  Returns whether it holds one.  One
- * exclusive lock and one read of /proc/self/statm, only while engaged.
+ * before, served by its growth.  Returns whether it holds one.  One read
+ * of /proc/self/statm, only while engaged, and the share claimed without
+ * the lock while none waits (gm_shmem_wait_claim), else under it.
  */
 bool
 gm_guard_take_start_share(void)
@@ -779,6 +811,8 @@ gm_guard_take_start_share(void)
 	int64		share;
 	int			held;
 	uint32		looks0;
+	GmBudgetRead b;
+	bool		lockless = false;
 
 	gm_guard_wait_end();
 	if (!gm_shmem_guard_engaged())
@@ -788,18 +822,37 @@ gm_guard_take_start_share(void)
 	if (vm < 0)
 		return false;
 	now = gm_monotonic_usec();
-	gm_shmem_wait_lock();
-	taken = admission_taken(now, &room, &held);
-	share = gm_guard_start_share(room, taken, held);
-	if (share > 0)
+	/*
+	 * While none waits and no one holds the lock: its share claimed
+	 * without it.  Shares that race read the same count of holders, so
+	 * each may be a little more than its turn under the lock would give;
+	 * together within the room all the same (gm_shmem_wait_claim).
+	 */
+	if (gm_shmem_wait_read_budget(&b))
 	{
-		wait_entered = true;
-		start_share_held = true;
-		gm_shmem_wait_hold_share(share, vm, rss, now);
+		room = b.room;
+		taken = b.taken;
+		held = b.held;
+		share = gm_guard_start_share(room, taken, held);
+		if (share > 0)
+			wait_entered = true;
+		lockless = share == 0 || gm_shmem_wait_claim(&b, share, false, vm, rss, now);
 	}
-	gm_shmem_wait_unlock();
-	elog(DEBUG2, "glibc_malloc start share: " INT64_FORMAT " of room " INT64_FORMAT " taken " INT64_FORMAT " held %d vmdata " INT64_FORMAT,
-		 share, room, taken, held, vm);
+	if (!lockless)
+	{
+		gm_shmem_wait_lock();
+		taken = admission_taken(now, &room, &held);
+		share = gm_guard_start_share(room, taken, held);
+		if (share > 0)
+		{
+			wait_entered = true;
+			gm_shmem_wait_hold_share(share, vm, rss, now);
+		}
+		gm_shmem_wait_unlock();
+	}
+	start_share_held = share > 0;
+	elog(DEBUG2, "glibc_malloc start share: " INT64_FORMAT " of room " INT64_FORMAT " taken " INT64_FORMAT " held %d vmdata " INT64_FORMAT "%s",
+		 share, room, taken, held, vm, lockless ? " without the lock" : "");
 	if (share == 0)
 		return false;
 	gm_shmem_wait_count(GM_WAIT_START_SHARES, 1);
@@ -926,7 +979,8 @@ wait_for_need(int64 need, bool may_wait)
 	first.vm = gm_proc_statm_self(&first.rss);
 	start = gm_monotonic_usec();
 	wait_entered = true;
-	r = admission_round(start, first.patience_ms == 0, &hopeless, &grant, &first);
+	r = admit_without_lock(start, &first) ? GM_ROUND_ADMITTED :
+		admission_round(start, first.patience_ms == 0, &hopeless, &grant, &first);
 	if (r == GM_ROUND_WAIT)
 	{
 		gm_shmem_wait_count(GM_WAIT_WAITS, 1);

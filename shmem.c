@@ -79,7 +79,9 @@ typedef enum GmWaitState
  * Under GmShared's wait_lock, but for ended: the owner ends its admitted
  * statement's reservation without the lock (gm_shmem_wait_leave), and
  * whoever reads the state under the lock reads it through wait_state.
- * gm_shmem_wait_leave also reads state and latch without the lock.
+ * gm_shmem_wait_leave also reads state and latch without the lock.  The
+ * owner also fills its slot while it is NONE and makes it ADMITTED
+ * without the lock (gm_shmem_wait_claim), fields first.
  */
 typedef struct GmWaitSlot
 {
@@ -179,8 +181,17 @@ typedef struct GmShared
 	TimestampTz counters_since; /* when the slots were created */
 	/* glibc_malloc.memory_wait: the queue's lock and order, the counts */
 	LWLock	   *wait_lock;
-	uint64		wait_arrivals;	/* under wait_lock */
-	int64		wait_room;		/* under wait_lock: the room up to the
+	pg_atomic_uint32 wait_locked;	/* 1 while an exclusive holder of
+									 * wait_lock may change the budget (left
+									 * at 1 by an ERROR under it until the
+									 * next holder's release) */
+	pg_atomic_uint32 wait_gen;	/* one more at every exclusive hold: a
+								 * claim without the lock (gm_shmem_wait_claim)
+								 * that saw none begin goes on */
+	pg_atomic_uint64 wait_arrivals;	/* the queue's order */
+	int64		wait_room;		/* written under wait_lock (read without it
+								 * by gm_shmem_wait_read_budget, which
+								 * wait_gen checks): the room up to the
 								 * guard's target at the monitor's last look;
 								 * -1 = unknown */
 	int64		wait_ceiling;	/* and the most the admission could ever
@@ -208,6 +219,8 @@ static int	my_slot_pid = 0;
 static int64 last_publish = 0;	/* gm_monotonic_usec(); 0 = never */
 
 static void slot_recount(GmWaitSlot *ws);
+static void end_lockless(GmWaitSlot *ws);
+static void wake_waiters(GmWaitSlot *mine);
 
 static shmem_startup_hook_type prev_shmem_startup_hook = NULL;
 #if PG_VERSION_NUM >= 150000
@@ -272,6 +285,9 @@ gm_shmem_startup(void)
 		shared->wait_lock = &(GetNamedLWLockTranche("glibc_malloc_memory_wait"))->lock;
 		shared->wait_room = -1;
 		shared->wait_ceiling = -1;
+		pg_atomic_init_u32(&shared->wait_locked, 0);
+		pg_atomic_init_u32(&shared->wait_gen, 0);
+		pg_atomic_init_u64(&shared->wait_arrivals, 0);
 		for (int k = 0; k < GM_NWAIT_COUNTS; k++)
 			pg_atomic_init_u64(&shared->wait_counts[k], 0);
 		pg_atomic_init_u32(&shared->wait_looks, 0);
@@ -1269,7 +1285,19 @@ gm_shmem_oom_counts(int64 *cap, int64 *guard)
 static inline GmWaitState
 wait_state(GmWaitSlot *ws)
 {
-	return pg_atomic_read_u32(&ws->ended) != 0 ? GM_WAIT_NONE : ws->state;
+	GmWaitState st;
+
+	if (pg_atomic_read_u32(&ws->ended) != 0)
+		return GM_WAIT_NONE;
+	/*
+	 * Its state after ended, its fields after its state: a claim without
+	 * the lock stores NONE before it clears ended, its fields before its
+	 * state.
+	 */
+	pg_read_barrier();
+	st = ws->state;
+	pg_read_barrier();
+	return st;
 }
 
 /* What the admission counts slot ws as still taking: gm_guard_outstanding of its reservation. */
@@ -1320,18 +1348,39 @@ gm_shmem_wait_ready(void)
 	return shared != NULL && my_slot != NULL && my_slot_pid == MyProcPid;
 }
 
+/*
+ * Take the queue's lock, exclusive: marked taken (wait_locked, then
+ * wait_gen, both full barriers) before the holder reads or changes the
+ * budget, so that a claim without the lock that overlaps it gives up.
+ */
+static void
+wait_lock_exclusive(void)
+{
+	LWLockAcquire(shared->wait_lock, LW_EXCLUSIVE);
+	(void) pg_atomic_exchange_u32(&shared->wait_locked, 1);
+	pg_atomic_fetch_add_u32(&shared->wait_gen, 1);
+}
+
+/* Release it: its changes before the mark is cleared (a full barrier). */
+static void
+wait_unlock_exclusive(void)
+{
+	(void) pg_atomic_exchange_u32(&shared->wait_locked, 0);
+	LWLockRelease(shared->wait_lock);
+}
+
 /* Take the queue's lock (exclusive). */
 void
 gm_shmem_wait_lock(void)
 {
-	LWLockAcquire(shared->wait_lock, LW_EXCLUSIVE);
+	wait_lock_exclusive();
 }
 
 /* Release it. */
 void
 gm_shmem_wait_unlock(void)
 {
-	LWLockRelease(shared->wait_lock);
+	wait_unlock_exclusive();
 }
 
 /*
@@ -1351,7 +1400,7 @@ gm_shmem_wait_enqueue(int64 need, int64 patience_ms, int64 now)
 	if (!was_waiting)
 		pg_atomic_fetch_add_u32(&shared->wait_waiting, 1);
 	w->pid = MyProcPid;
-	w->arrival = ++shared->wait_arrivals;
+	w->arrival = pg_atomic_add_fetch_u64(&shared->wait_arrivals, 1);
 	w->need = need;
 	w->since = now;
 	w->patience_ms = patience_ms;
@@ -1390,7 +1439,7 @@ gm_shmem_wait_hold_share(int64 share, int64 vm, int64 rss, int64 now)
 	w->state = GM_WAIT_ADMITTED;
 	pg_atomic_write_u32(&w->ended, 0);
 	w->pid = MyProcPid;
-	w->arrival = ++shared->wait_arrivals;
+	w->arrival = pg_atomic_add_fetch_u64(&shared->wait_arrivals, 1);
 	w->need = share;
 	w->since = now;
 	w->patience_ms = 0;
@@ -1409,8 +1458,8 @@ gm_shmem_wait_hold_share(int64 share, int64 vm, int64 rss, int64 now)
  * Under the lock, while none waits: this process's statement, needing need
  * bytes, fits and is admitted at once with its reservation, counted from
  * VmData vm (-1: noted later) and its gap from VmData less RssAnon rss,
- * never queued: one lock for a statement that fits, without a scan of the
- * slots.  Counted as an admission.
+ * never queued: the locked way of gm_shmem_wait_claim's, without a scan
+ * of the slots.  Counted as an admission.
  */
 void
 gm_shmem_wait_admit_at_once(int64 need, int64 vm, int64 rss, int64 now)
@@ -1420,6 +1469,99 @@ gm_shmem_wait_admit_at_once(int64 need, int64 vm, int64 rss, int64 now)
 	gm_shmem_wait_hold_share(need, vm, rss, now);
 	w->start = false;
 	pg_atomic_fetch_add_u64(&shared->wait_counts[GM_WAIT_ADMISSIONS], 1);
+}
+
+/*
+ * Without the lock: the budget (*b) as the admission would read it under
+ * the lock while none waits: the room and the ceiling of the monitor's
+ * last look and the two sums.  False (take the lock): a statement waits,
+ * an exclusive holder may be changing the budget, or one began during the
+ * read.  Reads of the mark, the count of holds, then the budget, in that
+ * order (a hold marks itself before it counts).
+ */
+bool
+gm_shmem_wait_read_budget(GmBudgetRead *b)
+{
+	if (!gm_shmem_wait_ready())
+		return false;
+	b->gen = pg_atomic_read_u32(&shared->wait_gen);
+	pg_read_barrier();
+	if (pg_atomic_read_u32(&shared->wait_locked) != 0 ||
+		pg_atomic_read_u32(&shared->wait_waiting) != 0)
+		return false;
+	pg_read_barrier();
+	b->room = shared->wait_room;
+	b->ceiling = shared->wait_ceiling;
+	b->taken = (int64) pg_atomic_read_u64(&shared->wait_taken);
+	b->held = (int) pg_atomic_read_u32(&shared->wait_held);
+	pg_read_barrier();
+	return pg_atomic_read_u32(&shared->wait_gen) == b->gen;
+}
+
+/*
+ * Without the lock, after gm_shmem_wait_read_budget read *b and the
+ * admission's rule (guard_policy.c) gave amount bytes from it: this
+ * process's statement holds them at once, admitted with its need
+ * (admission: counted as an admission) or as a start share, counted from
+ * VmData vm (-1: noted later) and its gap from VmData less RssAnon rss.
+ * Its slot is counted in the sums first (a full barrier), then checked:
+ * no exclusive hold began since the read, none waits, and all that is
+ * taken, its own and any other claim's since the read, fits the room.  A
+ * hold that begins later reads the sums with it; of two claims that race,
+ * the later to add sees both.  Else it ends its slot as a reservation's
+ * end does, without the lock, and returns false: the caller takes the
+ * lock (a round may meanwhile have counted the claim: a wait or a grant
+ * for another, never an admission past the room).  Its slot is NONE
+ * before (the statement's start ended what it held), and no one else
+ * writes a slot that is NONE.
+ */
+bool
+gm_shmem_wait_claim(const GmBudgetRead *b, int64 amount, bool admission,
+					int64 vm, int64 rss, int64 now)
+{
+	GmWaitSlot *w;
+	int64		taken;
+
+	Assert(gm_shmem_wait_ready());
+	w = &my_slot->wait;
+	if (b->room < 0 || wait_state(w) != GM_WAIT_NONE)
+		return false;
+	/* NONE by its state before ended is cleared, as claim_slot does. */
+	w->state = GM_WAIT_NONE;
+	pg_write_barrier();
+	pg_atomic_write_u32(&w->ended, 0);
+	w->latch = MyLatch;
+	w->pid = MyProcPid;
+	w->arrival = pg_atomic_add_fetch_u64(&shared->wait_arrivals, 1);
+	w->need = amount;
+	w->since = now;
+	w->patience_ms = 0;
+	wait_set_base(w, vm, rss);
+	w->look_vmdata = -1;
+	w->look_gap = 0;
+	w->hopeless = false;
+	w->granted = false;
+	w->start = !admission;
+	w->admitted_at = now;
+	w->grew_at = now;
+	pg_write_barrier();			/* its fields before its state */
+	w->state = GM_WAIT_ADMITTED;
+	slot_recount(w);			/* in the sums: full barriers */
+	pg_memory_barrier();
+	taken = (int64) pg_atomic_read_u64(&shared->wait_taken);
+	if (pg_atomic_read_u32(&shared->wait_locked) == 0 &&
+		pg_atomic_read_u32(&shared->wait_gen) == b->gen &&
+		pg_atomic_read_u32(&shared->wait_waiting) == 0 &&
+		taken <= b->room)
+	{
+		if (admission)
+			pg_atomic_fetch_add_u64(&shared->wait_counts[GM_WAIT_ADMISSIONS], 1);
+		return true;
+	}
+	/* Whatever a holder of the lock made of its slot meanwhile: ended, counted out. */
+	end_lockless(w);
+	wake_waiters(w);
+	return false;
 }
 
 /* Under the lock: whether no statement waits in the queue (a counter's read). */
@@ -1542,8 +1684,9 @@ collect_waiters(GmAdmitWaiter *w, int max, int64 now)
  * back, until its statement ends.  *held: how many still hold a
  * reservation, a grant or a start share.  Scans the slots only when some
  * wait (a reservation whose process left its slot, or that waits for its
- * client, ends then, else at the monitor's next look): a statement that
- * fits while none waits takes the lock for a few reads.  No /proc read.
+ * client, ends then, else at the monitor's next look): a few reads while
+ * none waits (gm_shmem_wait_read_budget reads the same without the
+ * lock).  No /proc read.
  */
 int
 gm_shmem_wait_collect(GmAdmitWaiter *w, int max, int64 now, int64 *outstanding,
@@ -1752,7 +1895,7 @@ gm_shmem_wait_publish(int64 room, int64 ceiling, const GmWaitLook *looks, int n)
 
 	if (shared == NULL)
 		return;
-	LWLockAcquire(shared->wait_lock, LW_EXCLUSIVE);
+	wait_lock_exclusive();
 	grew = room > shared->wait_room;
 	shared->wait_room = room;
 	shared->wait_ceiling = ceiling;
@@ -1812,7 +1955,7 @@ gm_shmem_wait_publish(int64 room, int64 ceiling, const GmWaitLook *looks, int n)
 			if (wait_state(ws) == GM_WAIT_WAITING && ws->latch != NULL)
 				SetLatch(ws->latch);
 		}
-	LWLockRelease(shared->wait_lock);
+	wait_unlock_exclusive();
 	pg_atomic_fetch_add_u32(&shared->wait_looks, 1);
 }
 
@@ -1839,9 +1982,9 @@ gm_shmem_wait_note_base(void)
 	if (!gm_shmem_wait_ready() || wait_state(&my_slot->wait) != GM_WAIT_ADMITTED)
 		return -1;
 	vm = gm_proc_statm_self(&rss);
-	LWLockAcquire(shared->wait_lock, LW_EXCLUSIVE);
+	wait_lock_exclusive();
 	gm_shmem_wait_set_base(vm, rss);
-	LWLockRelease(shared->wait_lock);
+	wait_unlock_exclusive();
 	return vm;
 }
 
@@ -1899,6 +2042,38 @@ gm_shmem_wait_granted(int64 *grant)
 }
 
 /*
+ * The owner ends its slot's reservation without the lock: ended first (a
+ * full barrier), then counted out (a read of ended, two exchanges), so an
+ * update under the lock that computed it before counts it out too.
+ */
+static void
+end_lockless(GmWaitSlot *ws)
+{
+	(void) pg_atomic_exchange_u32(&ws->ended, 1);
+	slot_recount(ws);
+}
+
+/*
+ * After a reservation ended: wake the waiters (but mine), without the
+ * lock: a latch that is no longer theirs wakes for nothing.
+ */
+static void
+wake_waiters(GmWaitSlot *mine)
+{
+	if (pg_atomic_read_u32(&shared->wait_waiting) == 0)
+		return;
+	pg_read_barrier();			/* their states and latches after the count */
+	for (int i = 0; i < shared->nslots; i++)
+	{
+		GmWaitSlot *ws = &shared->slots[i].wait;
+		struct Latch *latch = ws->latch;
+
+		if (ws->state == GM_WAIT_WAITING && latch != NULL && ws != mine)
+			SetLatch(latch);
+	}
+}
+
+/*
  * This process's statement leaves the queue (under the lock: a round may
  * be admitting it) or ends its reservation (without the lock: its slot's
  * ended flag); wakes the waiters if that freed a reservation, so that
@@ -1926,7 +2101,7 @@ gm_shmem_wait_leave(void)
 		bool		held = LWLockHeldByMe(shared->wait_lock);
 
 		if (!held)
-			LWLockAcquire(shared->wait_lock, LW_EXCLUSIVE);
+			wait_lock_exclusive();
 		st = wait_state(&slot->wait);
 		if (st == GM_WAIT_WAITING)
 		{
@@ -1939,27 +2114,13 @@ gm_shmem_wait_leave(void)
 			slot_recount(&slot->wait);
 		}
 		if (!held)
-			LWLockRelease(shared->wait_lock);
+			wait_unlock_exclusive();
 		if (st == GM_WAIT_WAITING || st == GM_WAIT_NONE)
 			return;
 	}
 	else
-	{
-		(void) pg_atomic_exchange_u32(&slot->wait.ended, 1);	/* a full barrier */
-		slot_recount(&slot->wait);	/* counted out: a read of ended, two exchanges */
-	}
-	/* Wake the waiters, without the lock: a latch that is no longer theirs wakes for nothing. */
-	if (pg_atomic_read_u32(&shared->wait_waiting) == 0)
-		return;
-	pg_read_barrier();			/* their states and latches after the count */
-	for (int i = 0; i < shared->nslots; i++)
-	{
-		GmWaitSlot *ws = &shared->slots[i].wait;
-		struct Latch *latch = ws->latch;
-
-		if (ws->state == GM_WAIT_WAITING && latch != NULL && ws != &slot->wait)
-			SetLatch(latch);
-	}
+		end_lockless(&slot->wait);
+	wake_waiters(&slot->wait);
 }
 
 /* Add to one of the wait counts (glibc_malloc_guard). */

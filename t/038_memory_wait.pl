@@ -16,6 +16,10 @@
 #    cancelled by pg_cancel_backend and by statement_timeout, shows its own
 #    wait event, and gives up at once, with an error, when another
 #    session's ALTER TABLE waits for a lock it holds;
+#  - a sort that fits, alone, is admitted without the admission's lock;
+#    a backend stopped (gdb) between its read of the budget and its claim
+#    while another's big sort is admitted takes its claim back and runs
+#    with a grant: two claims without the lock never pass the room;
 #  - a query recorded larger than the room, then run small: its need
 #    follows its runs down, and it is admitted again (not run with a grant);
 #  - 0 OOM kills, 0 restarts.
@@ -257,6 +261,87 @@ cmp_ok($after0->[5] - $before0->[5], '>=', $fit * $bursts,
 my $unreserved0 = $after0->[9] - $before0->[9];
 cmp_ok($unreserved0, '>', 0, "the others ran at once with a grant (unreserved_runs: $unreserved0)");
 cmp_ok($unreserved0 + $after0->[5] - $before0->[5], '<=', $K * $bursts, 'each sort admitted or unreserved, not both');
+# A sort that fits, alone: admitted at once without the admission's lock
+# (its DEBUG2 line, sent to the client), the sums of the budget counting
+# nothing taken before it.  (A look of the monitor that holds the lock
+# at that instant sends it the locked way: tried up to 3 times.)
+my ($alone_out, $alone_line);
+for my $try (1 .. 3)
+{
+	wait_for(sub { room() >= $want_lo }, 15);
+	my $alone_err = '';
+	$node->psql('postgres', "SET client_min_messages = debug2; SET work_mem = '1GB'; SET glibc_malloc.memory_wait = 0; $sort",
+		stdout => \$alone_out, stderr => \$alone_err);
+	($alone_line) = $alone_err =~ /(glibc_malloc memory wait: admitted: .*)/;
+	last if ($alone_line // '') =~ /without the lock$/;
+}
+diag $alone_line // 'no admission line';
+like($alone_line // '', qr/^glibc_malloc memory wait: admitted: room \d+ outstanding 0 ceiling \d+ waiters 0 without the lock$/,
+	'a sort that fits, alone, is admitted at once without the admission\'s lock');
+like($alone_out // '', qr/^$rows$/m, 'and completes');
+
+# Two claims without the lock that race: backend A reads the budget and
+# finds the big sort fits, and stops there (gdb, at gm_shmem_wait_claim)
+# while backend B's big sort is admitted at once; A then claims: its
+# bytes and B's do not fit the room together, so it takes them back and
+# goes the locked way, where it runs with a grant (memory_wait = 0).  The
+# monitor is stopped (SIGSTOP) from before A's read to after its claim:
+# its looks take the lock, which alone would send A the locked way.
+my $monitor_stopped;
+END { kill 'CONT', $monitor_stopped if $monitor_stopped }
+SKIP:
+{
+	skip 'gdb not installed', 4 unless system('gdb --version > /dev/null 2>&1') == 0;
+	wait_for(sub { room() >= $want_lo }, 15);
+	my $room2 = room();
+	cmp_ok(2 * $big_need, '>', $room2, sprintf('two big sorts do not fit the room together (%.0f MB each, room %.0f MB)',
+		$big_need / $MB, $room2 / $MB));
+	my $holder = $node->background_psql('postgres');
+	$holder->query_safe('SELECT pg_advisory_lock(4242)');
+	my ($monitor) = $holder->query_safe('SELECT pid FROM glibc_malloc_monitor') =~ /(\d+)/;
+	$monitor_stopped = $monitor;
+	my ($set, $stop, $go) = map { $node->basedir . "/claim_$_" } qw(set stopped go);
+	unlink $set, $stop, $go;
+	my $a = start_query($big, 'SELECT pg_backend_pid()', 'SELECT pg_advisory_lock(4242)', 'SET client_min_messages = debug2',
+		"SET work_mem = '1GB'", 'SET glibc_malloc.memory_wait = 0');
+	my $apid;
+	wait_for(sub { eval { $a->{h}->pump_nb; 1 }; ($apid) = $a->{out} =~ /^(\d+)$/m; defined $apid }, 30);
+	my ($gout, $gerr) = ('', '');
+	# (gdb runs its commands in order: a file once the breakpoint is set,
+	# another once A stopped at it, then it waits for the test's.)
+	my $gdb = IPC::Run::start([ 'gdb', '-nx', '-batch', '-p', $apid, '-ex', 'set pagination off',
+			'-ex', 'handle all nostop noprint pass', '-ex', 'break gm_shmem_wait_claim',
+			'-ex', "shell touch $set", '-ex', 'continue', '-ex', "shell touch $stop",
+			'-ex', "shell while [ ! -e $go ]; do sleep 0.05; done", '-ex', 'detach' ],
+		'<', \undef, '>', \$gout, '2>', \$gerr, IPC::Run::timeout(180));
+	wait_for(sub { -e $set }, 60);
+	kill 'STOP', $monitor;
+	# A goes on to its sort once the advisory lock is let go, and stops at its claim.
+	$holder->query_safe('SELECT pg_advisory_unlock(4242)');
+	my $stopped = wait_for(sub { -e $stop }, 60);
+	my $g0 = guard();
+	my $b = start_query($big, "SET work_mem = '1GB'", 'SET glibc_malloc.memory_wait = 0');
+	my $b_admitted = wait_for(sub { guard()->[5] > $g0->[5] }, 30);
+	write_file($go, '');
+	eval { $gdb->finish; 1 };
+	# A's admission is over once its DEBUG2 line came (its statement runs on).
+	wait_for(sub { $a->{err} =~ /glibc_malloc memory wait: (admitted|granted): / || !eval { $a->{h}->pump_nb; 1 } }, 30);
+	kill 'CONT', $monitor;
+	$monitor_stopped = undef;
+	$a = finish_query($a);
+	$b = finish_query($b);
+	$holder->quit;
+	my $g1 = guard();
+	my ($a_line) = $a->{err} =~ /(glibc_malloc memory wait: (?:admitted|granted): .*)/;
+	diag sprintf('backend A stopped at its claim: %s; B admitted meanwhile: %s; A: %s; admissions +%d; B %s',
+		$stopped ? 'yes' : 'no', $b_admitted ? 'yes' : 'no', $a_line // 'no line', $g1->[5] - $g0->[5],
+		$b->{out} =~ /^$big_rows$/m ? 'completed' : "failed: $b->{err}");
+	ok($stopped && $b_admitted, 'A stopped between its read of the budget and its claim, and B was admitted meanwhile')
+	  or diag "gdb: $gout $gerr";
+	like($a_line // '', qr/^glibc_malloc memory wait: granted: /,
+		'A, whose read found its need fit, is not admitted past the room once B holds it: it runs with a grant');
+	is($g1->[5] - $g0->[5], 1, 'one admission of the two (glibc_malloc_guard.admissions)');
+}
 
 # 2. With memory_wait long enough, nearly all complete.
 my $before = guard();

@@ -26,8 +26,9 @@
 #    row while the usage goes into the engaged band) is checked as it
 #    runs once the guard engages: it takes more and completes;
 #  - with the other sessions idle none holds a share (a new statement's
-#    DEBUG2 line), SELECT 1 runs, no admission is counted, 0 OOM kills,
-#    no restart;
+#    DEBUG2 line), and a new statement's share is claimed without the
+#    admission's lock; SELECT 1 runs, no admission is counted, 0 OOM
+#    kills, no restart;
 #  - a short statement opens no file: its start share and its end read
 #    /proc/self/statm from a descriptor kept open, seen by strace; a CALL
 #    that commits inside reads it at that commit and at its end too;
@@ -235,8 +236,8 @@ $d->{stderr} = '';
 $d->query('SELECT count(*) FROM generate_series(1, 1000 + (0 * random())::int)');
 my ($share_line) = $d->{stderr} =~ /(glibc_malloc start share: .*)/;
 diag $share_line // 'no start share line';
-like($share_line // '', qr/^glibc_malloc start share: 16777216 of room \d+ taken 0 held 0 vmdata \d+$/,
-	'with every other session idle, none holds a share: a new statement takes 16 MB, and the sums of the budget count nothing taken');
+like($share_line // '', qr/^glibc_malloc start share: 16777216 of room \d+ taken 0 held 0 vmdata \d+ without the lock$/,
+	'with every other session idle, none holds a share: a new statement takes 16 MB, without the admission\'s lock, and the sums of the budget count nothing taken');
 
 # The VmData a start share counts from (its DEBUG2 line) is the
 # backend's VmData, which its limit counts, not /proc/self/statm's data
