@@ -555,6 +555,24 @@ typedef enum GmRound
 } GmRound;
 
 /*
+ * Whether the admission (gm_guard_admit) admits the first round's
+ * statement alone, with available bytes and the ceiling: a round of one.
+ */
+static bool
+admits_alone(int64 available, int64 ceiling, const GmFirstRound *first)
+{
+	GmAdmitWaiter me;
+
+	memset(&me, 0, sizeof(me));
+	me.id = -1;
+	me.need = first->need;
+	me.patience_ms = first->patience_ms;
+	me.mine = true;
+	(void) gm_guard_admit(available, ceiling, &me, 1);
+	return me.admit;
+}
+
+/*
  * Under the queue's lock, a statement's first round while none waits (its
  * try without the lock, admit_without_lock, gave up): the admission of it
  * alone (gm_guard_admit), from the budget's sums, without a scan of the
@@ -564,25 +582,15 @@ typedef enum GmRound
  * *outstanding, *ceiling); else the round goes on as one with a queue.
  */
 static bool
-admit_at_once(int64 now, bool due, const GmFirstRound *first,
+admit_at_once(int64 now, const GmFirstRound *first,
 			  int64 *room, int64 *outstanding, int64 *ceiling)
 {
-	GmAdmitWaiter me;
 	int			held;
 
 	if (!gm_shmem_wait_queue_empty())
 		return false;
 	(void) gm_shmem_wait_collect(NULL, 0, now, outstanding, room, ceiling, &held);
-	if (*room < 0)
-		return false;
-	memset(&me, 0, sizeof(me));
-	me.id = -1;
-	me.need = first->need;
-	me.patience_ms = first->patience_ms;
-	me.mine = true;
-	me.due = due;
-	(void) gm_guard_admit(*room - *outstanding, *ceiling, &me, 1);
-	if (!me.admit)
+	if (*room < 0 || !admits_alone(*room - *outstanding, *ceiling, first))
 		return false;
 	gm_shmem_wait_admit_at_once(first->need, first->vm, first->rss, now);
 	return true;
@@ -612,7 +620,7 @@ admission_round(int64 now, bool due, bool *hopeless, int64 *grant, const GmFirst
 	GmRound		r;
 
 	gm_shmem_wait_lock();
-	if (first != NULL && admit_at_once(now, due, first, &room, &outstanding, &ceiling))
+	if (first != NULL && admit_at_once(now, first, &room, &outstanding, &ceiling))
 	{
 		gm_shmem_wait_unlock();
 		*hopeless = false;
@@ -660,17 +668,11 @@ static bool
 admit_without_lock(int64 now, const GmFirstRound *first)
 {
 	GmBudgetRead b;
-	GmAdmitWaiter me;
 
-	if (!gm_shmem_wait_read_budget(&b) || b.room < 0)
+	if (!gm_shmem_wait_read_budget(&b) || b.room < 0 ||
+		!admits_alone(b.room - b.taken, b.ceiling, first))
 		return false;
-	memset(&me, 0, sizeof(me));
-	me.id = -1;
-	me.need = first->need;
-	me.patience_ms = first->patience_ms;
-	me.mine = true;
-	(void) gm_guard_admit(b.room - b.taken, b.ceiling, &me, 1);
-	if (!me.admit || !gm_shmem_wait_claim(&b, first->need, true, first->vm, first->rss, now))
+	if (!gm_shmem_wait_claim(&b, first->need, true, first->vm, first->rss, now))
 		return false;
 	elog(DEBUG2, "glibc_malloc memory wait: admitted: room " INT64_FORMAT " outstanding " INT64_FORMAT " ceiling " INT64_FORMAT " waiters 0 without the lock",
 		 b.room, b.taken, b.ceiling);

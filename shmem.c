@@ -1423,6 +1423,39 @@ wait_set_base(GmWaitSlot *w, int64 vm, int64 rss)
 }
 
 /*
+ * This process's slot w holds amount bytes from now, admitted (start: a
+ * start share, else an admission), counted from VmData vm and its gap from
+ * VmData less RssAnon rss, and in the sums: NONE by its state before ended
+ * is cleared (as claim_slot does), its fields before its state ADMITTED,
+ * so that a reader without the lock (wait_state) sees it whole.  Under the
+ * lock, or without it from NONE (gm_shmem_wait_claim).
+ */
+static void
+slot_hold(GmWaitSlot *w, int64 amount, bool start, int64 vm, int64 rss, int64 now)
+{
+	w->state = GM_WAIT_NONE;
+	pg_write_barrier();
+	pg_atomic_write_u32(&w->ended, 0);
+	w->latch = MyLatch;
+	w->pid = MyProcPid;
+	w->arrival = pg_atomic_add_fetch_u64(&shared->wait_arrivals, 1);
+	w->need = amount;
+	w->since = now;
+	w->patience_ms = 0;
+	wait_set_base(w, vm, rss);
+	w->look_vmdata = -1;
+	w->look_gap = 0;
+	w->hopeless = false;
+	w->granted = false;
+	w->start = start;
+	w->admitted_at = now;
+	w->grew_at = now;
+	pg_write_barrier();
+	w->state = GM_WAIT_ADMITTED;
+	slot_recount(w);			/* in the sums: full barriers */
+}
+
+/*
  * Under the lock: this process's statement holds a start share of share
  * bytes (gm_guard_start_share), admitted at once as a reservation counted
  * from VmData vm (and its gap from VmData less RssAnon rss), never queued:
@@ -1433,25 +1466,7 @@ wait_set_base(GmWaitSlot *w, int64 vm, int64 rss)
 void
 gm_shmem_wait_hold_share(int64 share, int64 vm, int64 rss, int64 now)
 {
-	GmWaitSlot *w = &my_slot->wait;
-
-	w->latch = MyLatch;
-	w->state = GM_WAIT_ADMITTED;
-	pg_atomic_write_u32(&w->ended, 0);
-	w->pid = MyProcPid;
-	w->arrival = pg_atomic_add_fetch_u64(&shared->wait_arrivals, 1);
-	w->need = share;
-	w->since = now;
-	w->patience_ms = 0;
-	wait_set_base(w, vm, rss);
-	w->look_vmdata = -1;
-	w->look_gap = 0;
-	w->hopeless = false;
-	w->granted = false;
-	w->start = true;
-	w->admitted_at = now;
-	w->grew_at = now;
-	slot_recount(w);
+	slot_hold(&my_slot->wait, share, true, vm, rss, now);
 }
 
 /*
@@ -1526,27 +1541,7 @@ gm_shmem_wait_claim(const GmBudgetRead *b, int64 amount, bool admission,
 	w = &my_slot->wait;
 	if (b->room < 0 || wait_state(w) != GM_WAIT_NONE)
 		return false;
-	/* NONE by its state before ended is cleared, as claim_slot does. */
-	w->state = GM_WAIT_NONE;
-	pg_write_barrier();
-	pg_atomic_write_u32(&w->ended, 0);
-	w->latch = MyLatch;
-	w->pid = MyProcPid;
-	w->arrival = pg_atomic_add_fetch_u64(&shared->wait_arrivals, 1);
-	w->need = amount;
-	w->since = now;
-	w->patience_ms = 0;
-	wait_set_base(w, vm, rss);
-	w->look_vmdata = -1;
-	w->look_gap = 0;
-	w->hopeless = false;
-	w->granted = false;
-	w->start = !admission;
-	w->admitted_at = now;
-	w->grew_at = now;
-	pg_write_barrier();			/* its fields before its state */
-	w->state = GM_WAIT_ADMITTED;
-	slot_recount(w);			/* in the sums: full barriers */
+	slot_hold(w, amount, !admission, vm, rss, now);
 	pg_memory_barrier();
 	taken = (int64) pg_atomic_read_u64(&shared->wait_taken);
 	if (pg_atomic_read_u32(&shared->wait_locked) == 0 &&
