@@ -1300,6 +1300,19 @@ wait_state(GmWaitSlot *ws)
 	return st;
 }
 
+/*
+ * After a read of slot ws's fields without the exclusive lock (under the
+ * shared one, which a claim does not wait for): whether it still holds the
+ * reservation read, in state st, arrival (a claim writes a new arrival
+ * before its other fields, and NONE before both).
+ */
+static inline bool
+slot_same(GmWaitSlot *ws, GmWaitState st, uint64 arrival)
+{
+	pg_read_barrier();
+	return wait_state(ws) == st && ws->arrival == arrival;
+}
+
 /* What the admission counts slot ws as still taking: gm_guard_outstanding of its reservation. */
 static int64
 slot_outstanding(GmWaitSlot *ws)
@@ -1433,12 +1446,15 @@ wait_set_base(GmWaitSlot *w, int64 vm, int64 rss)
 static void
 slot_hold(GmWaitSlot *w, int64 amount, bool start, int64 vm, int64 rss, int64 now)
 {
+	/* Never a waiter's: its count in wait_waiting would stay. */
+	Assert(wait_state(w) != GM_WAIT_WAITING);
 	w->state = GM_WAIT_NONE;
 	pg_write_barrier();
 	pg_atomic_write_u32(&w->ended, 0);
+	w->arrival = pg_atomic_add_fetch_u64(&shared->wait_arrivals, 1);
+	pg_write_barrier();			/* a new arrival before its other fields */
 	w->latch = MyLatch;
 	w->pid = MyProcPid;
-	w->arrival = pg_atomic_add_fetch_u64(&shared->wait_arrivals, 1);
 	w->need = amount;
 	w->since = now;
 	w->patience_ms = 0;
@@ -1479,10 +1495,7 @@ gm_shmem_wait_hold_share(int64 share, int64 vm, int64 rss, int64 now)
 void
 gm_shmem_wait_admit_at_once(int64 need, int64 vm, int64 rss, int64 now)
 {
-	GmWaitSlot *w = &my_slot->wait;
-
-	gm_shmem_wait_hold_share(need, vm, rss, now);
-	w->start = false;
+	slot_hold(&my_slot->wait, need, false, vm, rss, now);
 	pg_atomic_fetch_add_u64(&shared->wait_counts[GM_WAIT_ADMISSIONS], 1);
 }
 
@@ -1799,13 +1812,16 @@ gm_shmem_wait_note_look(GmWaitLook *looks)
 		if ((st != GM_WAIT_ADMITTED && st != GM_WAIT_RETURNED) || ws->pid == 0)
 			continue;
 		lk->slot = i;
-		lk->pid = ws->pid;
 		lk->arrival = ws->arrival;	/* checked again at publish */
+		pg_read_barrier();
+		lk->pid = ws->pid;
 		lk->before = ws->look_vmdata >= 0 ? ws->look_vmdata : ws->base_vmdata;
 		lk->grew_at = ws->grew_at;
 		lk->grew_usec = Max(ws->grew_at - ws->admitted_at, 0);
 		lk->granted = ws->granted;
-		n++;
+		/* Its owner may end it and claim again without the lock meanwhile. */
+		if (slot_same(ws, st, lk->arrival))
+			n++;
 	}
 	LWLockRelease(shared->wait_lock);
 	/* Then /proc, without it. */
@@ -2169,12 +2185,21 @@ gm_shmem_wait_reserved(int slotno, int pid, int64 vmdata)
 	GmWaitSlot *ws = &shared->slots[slotno].wait;
 	int64		left = 0;
 
+	uint64		arrival;
+
 	if (wait_state(ws) != GM_WAIT_ADMITTED)
 		return 0;
 	LWLockAcquire(shared->wait_lock, LW_SHARED);
-	if (wait_state(ws) == GM_WAIT_ADMITTED && ws->pid == pid && ws->base_vmdata >= 0 &&
-		!waits_for_client(slotno, pid))
-		left = Max(ws->need - Max(vmdata - ws->base_vmdata, 0), 0);
+	if (wait_state(ws) == GM_WAIT_ADMITTED)
+	{
+		arrival = ws->arrival;
+		pg_read_barrier();
+		if (ws->pid == pid && ws->base_vmdata >= 0 && !waits_for_client(slotno, pid))
+			left = Max(ws->need - Max(vmdata - ws->base_vmdata, 0), 0);
+		/* Its owner may end it and claim again without the lock meanwhile. */
+		if (!slot_same(ws, GM_WAIT_ADMITTED, arrival))
+			left = 0;
+	}
 	LWLockRelease(shared->wait_lock);
 	return left;
 }

@@ -287,8 +287,14 @@ like($alone_out // '', qr/^$rows$/m, 'and completes');
 # goes the locked way, where it runs with a grant (memory_wait = 0).  The
 # monitor is stopped (SIGSTOP) from before A's read to after its claim:
 # its looks take the lock, which alone would send A the locked way.
-my $monitor_stopped;
-END { kill 'CONT', $monitor_stopped if $monitor_stopped }
+# (If the test dies meanwhile: gdb lets A go, and the monitor goes on.)
+my ($monitor_stopped, $race_go, $race_gdb);
+END
+{
+	write_file($race_go, '') if $race_go;
+	eval { $race_gdb->kill_kill; 1 } if $race_gdb;
+	kill 'CONT', $monitor_stopped if $monitor_stopped;
+}
 SKIP:
 {
 	skip 'gdb not installed', 4 unless system('gdb --version > /dev/null 2>&1') == 0;
@@ -299,44 +305,50 @@ SKIP:
 	my $holder = $node->background_psql('postgres');
 	$holder->query_safe('SELECT pg_advisory_lock(4242)');
 	my ($monitor) = $holder->query_safe('SELECT pid FROM glibc_malloc_monitor') =~ /(\d+)/;
-	$monitor_stopped = $monitor;
 	my ($set, $stop, $go) = map { $node->basedir . "/claim_$_" } qw(set stopped go);
 	unlink $set, $stop, $go;
-	my $a = start_query($big, 'SELECT pg_backend_pid()', 'SELECT pg_advisory_lock(4242)', 'SET client_min_messages = debug2',
+	$race_go = $go;
+	my $qa = start_query($big, 'SELECT pg_backend_pid()', 'SELECT pg_advisory_lock(4242)', 'SET client_min_messages = debug2',
 		"SET work_mem = '1GB'", 'SET glibc_malloc.memory_wait = 0');
 	my $apid;
-	wait_for(sub { eval { $a->{h}->pump_nb; 1 }; ($apid) = $a->{out} =~ /^(\d+)$/m; defined $apid }, 30);
+	wait_for(sub { eval { $qa->{h}->pump_nb; 1 }; ($apid) = $qa->{out} =~ /^(\d+)$/m; defined $apid }, 30);
 	my ($gout, $gerr) = ('', '');
 	# (gdb runs its commands in order: a file once the breakpoint is set,
-	# another once A stopped at it, then it waits for the test's.)
-	my $gdb = IPC::Run::start([ 'gdb', '-nx', '-batch', '-p', $apid, '-ex', 'set pagination off',
+	# another once A stopped at it, then it waits for the test's, at most
+	# 60 s.)
+	$race_gdb = IPC::Run::start([ 'gdb', '-nx', '-batch', '-p', $apid, '-ex', 'set pagination off',
 			'-ex', 'handle all nostop noprint pass', '-ex', 'break gm_shmem_wait_claim',
 			'-ex', "shell touch $set", '-ex', 'continue', '-ex', "shell touch $stop",
-			'-ex', "shell while [ ! -e $go ]; do sleep 0.05; done", '-ex', 'detach' ],
+			'-ex', "shell for i in \$(seq 1200); do [ -e $go ] && break; sleep 0.05; done", '-ex', 'detach' ],
 		'<', \undef, '>', \$gout, '2>', \$gerr, IPC::Run::timeout(180));
 	wait_for(sub { -e $set }, 60);
+	# The admissions before; nothing reads the monitor's state while it is stopped.
+	my $g0 = guard();
 	kill 'STOP', $monitor;
+	$monitor_stopped = $monitor;
 	# A goes on to its sort once the advisory lock is let go, and stops at its claim.
 	$holder->query_safe('SELECT pg_advisory_unlock(4242)');
 	my $stopped = wait_for(sub { -e $stop }, 60);
-	my $g0 = guard();
-	my $b = start_query($big, "SET work_mem = '1GB'", 'SET glibc_malloc.memory_wait = 0');
-	my $b_admitted = wait_for(sub { guard()->[5] > $g0->[5] }, 30);
+	# B is admitted at once: its DEBUG2 line.
+	my $qb = start_query($big, 'SET client_min_messages = debug2', "SET work_mem = '1GB'", 'SET glibc_malloc.memory_wait = 0');
+	my $b_admitted = wait_for(sub { eval { $qb->{h}->pump_nb; 1 }; $qb->{err} =~ /glibc_malloc memory wait: admitted: / }, 30);
 	write_file($go, '');
-	eval { $gdb->finish; 1 };
+	eval { $race_gdb->finish; 1 };
+	$race_gdb = undef;
 	# A's admission is over once its DEBUG2 line came (its statement runs on).
-	wait_for(sub { $a->{err} =~ /glibc_malloc memory wait: (admitted|granted): / || !eval { $a->{h}->pump_nb; 1 } }, 30);
+	wait_for(sub { $qa->{err} =~ /glibc_malloc memory wait: (admitted|granted): / || !eval { $qa->{h}->pump_nb; 1 } }, 30);
 	kill 'CONT', $monitor;
 	$monitor_stopped = undef;
-	$a = finish_query($a);
-	$b = finish_query($b);
+	$qa = finish_query($qa);
+	$qb = finish_query($qb);
 	$holder->quit;
 	my $g1 = guard();
-	my ($a_line) = $a->{err} =~ /(glibc_malloc memory wait: (?:admitted|granted): .*)/;
+	my ($a_line) = $qa->{err} =~ /(glibc_malloc memory wait: (?:admitted|granted): .*)/;
+	my $hit = $gout =~ /^Breakpoint 1, .*gm_shmem_wait_claim/m;
 	diag sprintf('backend A stopped at its claim: %s; B admitted meanwhile: %s; A: %s; admissions +%d; B %s',
-		$stopped ? 'yes' : 'no', $b_admitted ? 'yes' : 'no', $a_line // 'no line', $g1->[5] - $g0->[5],
-		$b->{out} =~ /^$big_rows$/m ? 'completed' : "failed: $b->{err}");
-	ok($stopped && $b_admitted, 'A stopped between its read of the budget and its claim, and B was admitted meanwhile')
+		$stopped && $hit ? 'yes' : 'no', $b_admitted ? 'yes' : 'no', $a_line // 'no line', $g1->[5] - $g0->[5],
+		$qb->{out} =~ /^$big_rows$/m ? 'completed' : "failed: $qb->{err}");
+	ok($stopped && $hit && $b_admitted, 'A stopped between its read of the budget and its claim, and B was admitted meanwhile')
 	  or diag "gdb: $gout $gerr";
 	like($a_line // '', qr/^glibc_malloc memory wait: granted: /,
 		'A, whose read found its need fit, is not admitted past the room once B holds it: it runs with a grant');

@@ -8,8 +8,8 @@
 #     others run with grants and fail early;
 #  2. the same with the default memory_wait (30 s): the others wait; a
 #     pair whose wait runs out runs with a grant and grows from within
-#     (a sort takes about 6 s here, two at once too: the last pair of a
-#     burst waits about 20 s);
+#     (a pair of sorts takes about 7 s here: the last pair of a burst
+#     waits about 20 s);
 #  3. track_statements = off (nothing recorded: no admission, no grants),
 #     the monitor's looks alone.
 #

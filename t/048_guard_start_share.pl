@@ -232,9 +232,18 @@ my $d = $node->background_psql('postgres', on_error_stop => 0);
 $d->query_safe('SELECT 1');
 sleep 1;
 $d->query_safe('SET client_min_messages = debug2');
-$d->{stderr} = '';
-$d->query('SELECT count(*) FROM generate_series(1, 1000 + (0 * random())::int)');
-my ($share_line) = $d->{stderr} =~ /(glibc_malloc start share: .*)/;
+# (A look of the monitor that holds the admission's lock at that instant,
+# one that the statement's own start woke, sends it the locked way: tried
+# up to 3 times.)
+my $share_line;
+for my $try (1 .. 3)
+{
+	$d->{stderr} = '';
+	$d->query('SELECT count(*) FROM generate_series(1, 1000 + (0 * random())::int)');
+	($share_line) = $d->{stderr} =~ /(glibc_malloc start share: .*)/;
+	last if ($share_line // '') =~ /without the lock$/;
+	sleep 0.2;
+}
 diag $share_line // 'no start share line';
 like($share_line // '', qr/^glibc_malloc start share: 16777216 of room \d+ taken 0 held 0 vmdata \d+ without the lock$/,
 	'with every other session idle, none holds a share: a new statement takes 16 MB, without the admission\'s lock, and the sums of the budget count nothing taken');
