@@ -2184,7 +2184,6 @@ gm_shmem_wait_reserved(int slotno, int pid, int64 vmdata)
 {
 	GmWaitSlot *ws = &shared->slots[slotno].wait;
 	int64		left = 0;
-
 	uint64		arrival;
 
 	if (wait_state(ws) != GM_WAIT_ADMITTED)
