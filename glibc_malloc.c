@@ -198,6 +198,18 @@ static EState *exec_estate = NULL;
 static GmExecCheck exec_state = GM_EXEC_CHECK_INIT;
 static int	exec_calls = 0;
 
+/* The nesting level at which that executor runs (1: a top-level query's). */
+static int	exec_level = 1;
+
+/*
+ * A top-level utility statement whose work is one executor
+ * (utility_runs_one_executor) runs: the nesting level its executor starts
+ * at, checked as a query's (-1: none); and whether that executor took more
+ * from the budget, which the utility statement's end ends.
+ */
+static int	utility_exec_nesting = -1;
+static bool utility_exec_took = false;
+
 /* The executor's own first call of a node (static in execProcnode.c), learnt once. */
 static ExecProcNodeMtd exec_first = NULL;
 
@@ -559,9 +571,15 @@ static pg_noinline void
 exec_check(PlanState *node)
 {
 	exec_calls = 0;
-	if (exec_desc != NULL && nesting == 1 && node->state == exec_estate &&
+	if (exec_desc != NULL && nesting == exec_level && node->state == exec_estate &&
 		gm_guard_may_check() && gm_guard_executor_check(&exec_state))
-		reserved_desc = exec_desc;
+	{
+		/* (a utility statement's executor: with the statement) */
+		if (exec_level == 1)
+			reserved_desc = exec_desc;
+		else
+			utility_exec_took = true;
+	}
 }
 
 /* A wrapped input's call, with the count. */
@@ -614,17 +632,28 @@ static const NodeTag exec_keepers[] = {
 #endif
 };
 
-/* Wrap one input node if it is still set to the executor's own first call. */
+/*
+ * Wrap one input node if it is still set to the executor's own first call.
+ * A parallel hash join sets its own function again as its Gather starts
+ * the workers (ExecHashJoinInitializeDSM; in a worker, as it attaches):
+ * unwrapped from then on, so the calls of its outer input are counted too.
+ */
 static void
 exec_wrap_input(PlanState *input)
 {
-	if (input != NULL && input->ExecProcNode == exec_first)
+	if (input == NULL)
+		return;
+	if (input->ExecProcNode == exec_first)
 		input->ExecProcNode = exec_node_first;
+	if (IsA(input, HashJoinState) && input->plan->parallel_aware)
+		exec_wrap_input(outerPlanState(input));
 }
 
 /*
  * planstate_tree_walker: wrap the inputs of the nodes that keep what they
- * read (exec_keepers), a CTE scan's CTE and a hashed subplan; another
+ * read (exec_keepers), a CTE scan's CTE, a hashed subplan and the rows a
+ * ModifyTable writes (each may queue an AFTER trigger's event or a
+ * transition table's row, kept until the statement's end); another
  * module's wrapper stays, unchecked.  A plan without such nodes (an index
  * lookup) gets none.
  */
@@ -640,6 +669,13 @@ exec_wrap_walker(PlanState *node, void *context)
 			exec_wrap_input(innerPlanState(node));
 			break;
 		}
+	if (IsA(node, ModifyTableState))
+	{
+		ModifyTableState *mt = (ModifyTableState *) node;
+
+		for (int i = 0; i < GM_MODIFY_NINPUTS(mt); i++)
+			exec_wrap_input(GM_MODIFY_INPUT(mt, i));
+	}
 	if (IsA(node, CteScanState))
 		exec_wrap_input(((CteScanState *) node)->cteplanstate);
 	foreach(lc, node->subPlan)
@@ -653,8 +689,10 @@ exec_wrap_walker(PlanState *node, void *context)
 }
 
 /*
- * A client's top-level executor, or a parallel worker's, starts while the
- * memory guard acts on a limit: the inputs of its plan nodes that keep what they read check its
+ * A client's top-level executor, a top-level utility statement's own
+ * (utility_runs_one_executor) or a parallel worker's, starts while the
+ * memory guard acts on a limit: the inputs of its plan nodes that keep
+ * what they read check its
  * growth every GM_EXEC_CHECK_CALLS calls (gm_guard_executor_check, which
  * does something only while the guard is engaged: a statement of a burst
  * that began calm is checked once it engages).  A node that sets its own
@@ -679,6 +717,7 @@ exec_wrap(QueryDesc *queryDesc, int eflags)
 	}
 	exec_desc = queryDesc;
 	exec_estate = queryDesc->estate;
+	exec_level = nesting + 1;
 	exec_state = (GmExecCheck) GM_EXEC_CHECK_INIT;
 	exec_calls = 0;
 	(void) exec_wrap_walker(queryDesc->planstate, NULL);
@@ -725,6 +764,12 @@ gm_ExecutorStart(QueryDesc *queryDesc, int eflags)
 	nesting--;
 	if (nesting == 0)
 		exec_wrap(queryDesc, eflags);
+	else if (nesting == utility_exec_nesting && queryDesc->dest->mydest != DestSPI)
+	{
+		/* The utility statement's executor (not a function's or an event trigger's query), once. */
+		utility_exec_nesting = -1;
+		exec_wrap(queryDesc, eflags);
+	}
 }
 
 /* Chain ExecutorEnd: the executor's shutdown. */
@@ -1125,6 +1170,19 @@ utility_runs_no_executor(Node *stmt)
 		(IsA(stmt, CopyStmt) && ((CopyStmt *) stmt)->is_from);
 }
 
+/*
+ * Whether a utility statement's work is one executor, one nesting level
+ * down: CREATE TABLE AS (SELECT INTO, CREATE MATERIALIZED VIEW), REFRESH
+ * MATERIALIZED VIEW, COPY (query) TO, EXPLAIN (its ANALYZE runs it).
+ */
+static bool
+utility_runs_one_executor(Node *stmt)
+{
+	return IsA(stmt, CreateTableAsStmt) || IsA(stmt, RefreshMatViewStmt) ||
+		IsA(stmt, ExplainStmt) ||
+		(IsA(stmt, CopyStmt) && !((CopyStmt *) stmt)->is_from && ((CopyStmt *) stmt)->query != NULL);
+}
+
 /* Whether a utility statement is a COPY FROM STDIN (it reads its client's rows inside itself). */
 static bool
 copy_from_client(Node *stmt)
@@ -1242,6 +1300,7 @@ gm_ProcessUtility(GM_PU_ARGS)
 		mapped_desc = NULL;
 		exec_desc = NULL;
 		planned_share = plan_tried = false;
+		utility_exec_took = false;
 		gm_guard_wait_end();
 		gm_guard_top_statement_start();
 		if (copy_from_client(pstmt->utilityStmt))
@@ -1272,6 +1331,9 @@ gm_ProcessUtility(GM_PU_ARGS)
 		exec_nests = true;
 		nesting++;
 	}
+	/* Its executor is checked as a query's (the level it starts at). */
+	if (top && utility_runs_one_executor(pstmt->utilityStmt))
+		utility_exec_nesting = nesting;
 	PG_TRY();
 	{
 		/* A grant's limit is in force while it runs. */
@@ -1289,12 +1351,16 @@ gm_ProcessUtility(GM_PU_ARGS)
 		if (params_set && params_nested)
 			params_end();
 		if (top)
+		{
+			utility_exec_nesting = -1;
+			exec_desc = NULL;
 			gm_guard_top_statement_end(true);
+		}
 		/* Counted with the grant's limit in force; the HINT allocates, after it. */
 		caught_error_counted(false);
-		if (admitted)
+		if (admitted || (top && utility_exec_took))
 		{
-			utility_reserved = false;
+			utility_reserved = utility_exec_took = false;
 			gm_guard_wait_end();
 		}
 		caught_error_hint();
@@ -1307,11 +1373,14 @@ gm_ProcessUtility(GM_PU_ARGS)
 	if (params_set && params_nested)
 		params_end();
 	if (top)
-		gm_guard_top_statement_end(true);
-	/* Its reservation or grant ends with it. */
-	if (admitted)
 	{
-		utility_reserved = false;
+		utility_exec_nesting = -1;
+		gm_guard_top_statement_end(true);
+	}
+	/* Its reservation or grant ends with it, and what its executor took. */
+	if (admitted || (top && utility_exec_took))
+	{
+		utility_reserved = utility_exec_took = false;
 		gm_guard_wait_end();
 	}
 	utility_end(&mark, top);

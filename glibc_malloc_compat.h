@@ -274,4 +274,16 @@ gm_memory_wait_event(void)
 #define gm_memory_wait_event() ((uint32) PG_WAIT_EXTENSION)
 #endif
 
+/*
+ * A ModifyTable's inputs (the rows it writes): PG 14 gave it one, its outer
+ * plan; before, one per result relation (mt_plans).
+ */
+#if PG_VERSION_NUM >= 140000
+#define GM_MODIFY_NINPUTS(mt) 1
+#define GM_MODIFY_INPUT(mt, i) outerPlanState(mt)
+#else
+#define GM_MODIFY_NINPUTS(mt) ((mt)->mt_nplans)
+#define GM_MODIFY_INPUT(mt, i) ((mt)->mt_plans[i])
+#endif
+
 #endif							/* GLIBC_MALLOC_COMPAT_H */

@@ -22,6 +22,16 @@
 #    pausing until the monitor's look covers it (their DEBUG2 lines show
 #    it): all complete (without it, 0 of 5: a look every 50 ms is too
 #    late for a sort that maps a few MB between two);
+#  - 3 inserts of 100,000 rows of 800 bytes that an AFTER trigger keeps
+#    in memory (a transition table), each in a session that was idle:
+#    the rows a ModifyTable writes are checked, and they take more as
+#    they near their limit (without it, no DEBUG2 line: only the looks);
+#  - a sort of a parallel hash join in 2 workers: the join sets its own
+#    function again as a worker attaches, so its outer input is checked;
+#    the workers take more as their sorts grow (without it, no line);
+#  - CREATE TABLE AS, COPY (query) TO and EXPLAIN ANALYZE of a sort of
+#    800,000 md5 strings: the executor one level down checks itself as
+#    a query's does, and takes more as it grows (without it, no line);
 #  - a sort that began while the guard was calm (it waits at its first
 #    row while the usage goes into the engaged band) is checked as it
 #    runs once the guard engages: it takes more and completes;
@@ -222,6 +232,111 @@ for my $form ('in the executor', 'in the planner')
 		$shares1[1] - $shares0[1], $shares1[2] - $shares0[2], $asked, $got);
 	is($shares1[1] - $shares0[1], $asked, 'executor_asks counts every ask of the sorts (their DEBUG2 lines)');
 	is($shares1[2] - $shares0[2], $got, 'executor_shares counts those that got more');
+}
+
+# Statements that write rows an AFTER trigger keeps until their end (a
+# transition table of 100,000 rows of 800 bytes in memory, work_mem 1GB),
+# each in a session that was idle: the rows a ModifyTable writes are
+# checked as a sort's are, and they take more from the budget as they near
+# their limit (their DEBUG2 lines).  Before, nothing checked them: no
+# line, and they were left to the monitor's looks.
+{
+	my $rows = 100000;
+	my $n = 3;
+	my ($completed, $took) = (0, 0);
+	$node->safe_psql('postgres', q{CREATE UNLOGGED TABLE written (g int, m text);
+		CREATE FUNCTION gm_noop() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NULL; END$$;
+		CREATE TRIGGER kept AFTER INSERT ON written REFERENCING NEW TABLE AS n FOR EACH STATEMENT EXECUTE FUNCTION gm_noop()});
+	my @idle = map { $node->background_psql('postgres', on_error_stop => 0) } 1 .. $n;
+	$_->query_safe("SET work_mem = '1GB'; SET max_parallel_workers_per_gather = 0") for @idle;
+	sleep 1;
+	for my $s (@idle)
+	{
+		$node->safe_psql('postgres', 'TRUNCATE written');
+		wait_for(sub { headroom() >= 115 * $MB }, 10);
+		$s->query_safe('SET client_min_messages = debug2');
+		$s->{stderr} = '';
+		$s->query('INSERT INTO written SELECT g, repeat(m, 24) FROM sortme WHERE g <= 100000');
+		$completed++ if $s->{stderr} !~ /ERROR/;
+		$took++ if $s->{stderr} =~ /glibc_malloc executor share: [1-9]/;
+		diag "other result: $1" if $s->{stderr} =~ /(ERROR: .*)/;
+		$s->query('RESET client_min_messages');
+		$s->{stderr} = '';
+	}
+	$_->quit for @idle;
+	$node->safe_psql('postgres', 'DROP TABLE written');
+	diag sprintf('%d inserts of %d rows kept by an AFTER trigger: %d completed, %d took more as they ran',
+		$n, $rows, $completed, $took);
+	is($took, $n, 'each insert whose rows an AFTER trigger keeps took more from the budget as it ran (its DEBUG2 lines)');
+	is($completed, $n, "$n of $n such inserts complete");
+}
+
+# A parallel hash join read by a sort, in the workers only (the leader
+# does not take part): a parallel hash join sets its own function again
+# as each worker attaches, after the worker's plan was wrapped, so the
+# calls of its outer input are counted instead.  Each worker sorts about
+# 200,000 md5 strings and takes more from the budget
+# as it nears its limit (the workers' DEBUG2 lines, sent to the client).
+# Before, the sort's input was left unwrapped: no line.
+{
+	$node->safe_psql('postgres', 'CREATE TABLE small AS SELECT g FROM generate_series(0, 99999) g; VACUUM ANALYZE small');
+	my @set = ('SET parallel_leader_participation = off', 'SET max_parallel_workers_per_gather = 2',
+		'SET parallel_setup_cost = 0', 'SET parallel_tuple_cost = 0', 'SET min_parallel_table_scan_size = 0',
+		'SET enable_mergejoin = off', 'SET enable_nestloop = off', "SET work_mem = '1GB'");
+	my $sql = 'SELECT count(*) FROM (SELECT a.m FROM sortme a JOIN small b ON a.g % 200000 = b.g ORDER BY a.m) s';
+	my $plan = $node->safe_psql('postgres', join(";\n", @set, "EXPLAIN (COSTS OFF) $sql"));
+	like($plan, qr/Gather Merge.*Sort.*Parallel Hash Join.*Parallel Seq Scan on sortme/s,
+		'the plan: a sort of a parallel hash join, under a Gather Merge');
+	my $s = $node->background_psql('postgres', on_error_stop => 0);
+	$s->query_safe($_) for @set;
+	sleep 1;
+	wait_for(sub { headroom() >= 115 * $MB }, 10);
+	$s->query_safe('SET client_min_messages = debug2');
+	$s->{stderr} = '';
+	my $r = $s->query($sql) // '';
+	my $asked = () = $s->{stderr} =~ /glibc_malloc executor share: \d+ .*\(a parallel worker\)$/mg;
+	my $got = () = $s->{stderr} =~ /glibc_malloc executor share: [1-9].*\(a parallel worker\)$/mg;
+	diag sprintf('a sort of a parallel hash join in 2 workers: %s; the workers asked %d times, got more %d times%s',
+		$r eq '400000' ? 'completed' : 'failed', $asked, $got, $s->{stderr} =~ /(ERROR: .*)/ ? ": $1" : '');
+	cmp_ok($got, '>=', 1, 'the workers took more from the budget as their sorts of a parallel hash join ran (their DEBUG2 lines)');
+	is($r, '400000', 'the sort of a parallel hash join completes');
+	$s->quit;
+	$node->safe_psql('postgres', 'DROP TABLE small');
+}
+
+# Utility statements whose work is one executor (CREATE TABLE AS, COPY
+# (query) TO, EXPLAIN ANALYZE), each a sort of 800,000 md5 strings in a
+# session that was idle: their executor, one level down, is checked as a
+# query's, and takes more as it grows (its DEBUG2 lines).  Before, only a
+# top-level executor was: no line.
+{
+	my @stmts = ('CREATE TEMP TABLE sorted AS SELECT m FROM sortme ORDER BY m',
+		"COPY (SELECT m FROM sortme ORDER BY m) TO '/dev/null'",
+		'EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) SELECT m FROM sortme ORDER BY m');
+	my ($completed, $took) = (0, 0);
+	my @idle = map { $node->background_psql('postgres', on_error_stop => 0) } @stmts;
+	$_->query_safe("SET work_mem = '1GB'; SET max_parallel_workers_per_gather = 0") for @idle;
+	sleep 1;
+	for my $i (0 .. $#stmts)
+	{
+		my $s = $idle[$i];
+		wait_for(sub { headroom() >= 115 * $MB }, 10);
+		my $h = headroom();
+		$s->query_safe('SET client_min_messages = debug2');
+		$s->{stderr} = '';
+		$s->query($stmts[$i]);
+		my $ok = $s->{stderr} !~ /ERROR/;
+		my $n = () = $s->{stderr} =~ /glibc_malloc executor share: [1-9]/g;
+		$completed++ if $ok;
+		$took++ if $n > 0;
+		diag sprintf('%s (headroom %.0f MB): %s, took more %d times%s', $stmts[$i], $h / $MB, $ok ? 'completed' : 'failed', $n,
+			$s->{stderr} =~ /(ERROR: .*)/ ? ": $1" : '');
+		$s->query('RESET client_min_messages');
+		$s->{stderr} = '';
+	}
+	$_->quit for @idle;
+	is($took, scalar @stmts, 'CREATE TABLE AS, COPY (query) TO and EXPLAIN ANALYZE of a sort took more from the budget as they ran (their DEBUG2 lines)');
+	is($completed, scalar @stmts, 'and they complete');
 }
 
 # With every other session idle, none holds a share (the guard ends a
