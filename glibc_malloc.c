@@ -202,12 +202,15 @@ static int	exec_calls = 0;
 static int	exec_level = 1;
 
 /*
- * A top-level utility statement whose work is one executor
- * (utility_runs_one_executor) runs: the nesting level its executor starts
- * at, checked as a query's (-1: none); and whether that executor took more
- * from the budget, which the utility statement's end ends.
+ * A top-level utility statement whose executors one level down are checked
+ * as a query's (utility_checked_executors) runs: the nesting level they
+ * start at (-1: none), whether every one is (a procedure's or a DO
+ * block's queries) or only its first that is not SPI's (its own query);
+ * and whether one took more from the budget, which the utility
+ * statement's end ends.
  */
 static int	utility_exec_nesting = -1;
+static bool utility_exec_every = false;
 static bool utility_exec_took = false;
 
 /* The executor's own first call of a node (static in execProcnode.c), learnt once. */
@@ -689,8 +692,8 @@ exec_wrap_walker(PlanState *node, void *context)
 }
 
 /*
- * A client's top-level executor, a top-level utility statement's own
- * (utility_runs_one_executor) or a parallel worker's, starts while the
+ * A client's top-level executor, a top-level utility statement's
+ * (utility_checked_executors) or a parallel worker's, starts while the
  * memory guard acts on a limit: the inputs of its plan nodes that keep
  * what they read check its
  * growth every GM_EXEC_CHECK_CALLS calls (gm_guard_executor_check, which
@@ -764,10 +767,12 @@ gm_ExecutorStart(QueryDesc *queryDesc, int eflags)
 	nesting--;
 	if (nesting == 0)
 		exec_wrap(queryDesc, eflags);
-	else if (nesting == utility_exec_nesting && queryDesc->dest->mydest != DestSPI)
+	else if (nesting == utility_exec_nesting &&
+			 (utility_exec_every || queryDesc->dest->mydest != DestSPI))
 	{
-		/* The utility statement's executor (not a function's or an event trigger's query), once. */
-		utility_exec_nesting = -1;
+		/* Its own query once (not a function's or an event trigger's), or each of a procedure's. */
+		if (!utility_exec_every)
+			utility_exec_nesting = -1;
 		exec_wrap(queryDesc, eflags);
 	}
 }
@@ -1171,14 +1176,17 @@ utility_runs_no_executor(Node *stmt)
 }
 
 /*
- * Whether a utility statement's work is one executor, one nesting level
- * down: CREATE TABLE AS (SELECT INTO, CREATE MATERIALIZED VIEW), REFRESH
- * MATERIALIZED VIEW, COPY (query) TO, EXPLAIN (its ANALYZE runs it).
+ * Whether a utility statement's executors one nesting level down are
+ * checked as a query's, and *every whether all are: its own query's only
+ * (CREATE TABLE AS, SELECT INTO, CREATE MATERIALIZED VIEW, REFRESH
+ * MATERIALIZED VIEW, COPY (query) TO, EXPLAIN: its ANALYZE runs it), or
+ * each query of a procedure (CALL) or a DO block, through SPI.
  */
 static bool
-utility_runs_one_executor(Node *stmt)
+utility_checked_executors(Node *stmt, bool *every)
 {
-	return IsA(stmt, CreateTableAsStmt) || IsA(stmt, RefreshMatViewStmt) ||
+	*every = IsA(stmt, CallStmt) || IsA(stmt, DoStmt);
+	return *every || IsA(stmt, CreateTableAsStmt) || IsA(stmt, RefreshMatViewStmt) ||
 		IsA(stmt, ExplainStmt) ||
 		(IsA(stmt, CopyStmt) && !((CopyStmt *) stmt)->is_from && ((CopyStmt *) stmt)->query != NULL);
 }
@@ -1332,7 +1340,7 @@ gm_ProcessUtility(GM_PU_ARGS)
 		nesting++;
 	}
 	/* Its executor is checked as a query's (the level it starts at). */
-	if (top && utility_runs_one_executor(pstmt->utilityStmt))
+	if (top && utility_checked_executors(pstmt->utilityStmt, &utility_exec_every))
 		utility_exec_nesting = nesting;
 	PG_TRY();
 	{

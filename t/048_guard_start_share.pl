@@ -29,9 +29,10 @@
 #  - a sort of a parallel hash join in 2 workers: the join sets its own
 #    function again as a worker attaches, so its outer input is checked;
 #    the workers take more as their sorts grow (without it, no line);
-#  - CREATE TABLE AS, COPY (query) TO and EXPLAIN ANALYZE of a sort of
-#    800,000 md5 strings: the executor one level down checks itself as
-#    a query's does, and takes more as it grows (without it, no line);
+#  - CREATE TABLE AS, COPY (query) TO, EXPLAIN ANALYZE and a DO block of
+#    a sort of 800,000 md5 strings: the executor one level down checks
+#    itself as a query's does, and takes more as it grows (without it,
+#    no line);
 #  - a sort that began while the guard was calm (it waits at its first
 #    row while the usage goes into the engaged band) is checked as it
 #    runs once the guard engages: it takes more and completes;
@@ -305,14 +306,15 @@ for my $form ('in the executor', 'in the planner')
 }
 
 # Utility statements whose work is one executor (CREATE TABLE AS, COPY
-# (query) TO, EXPLAIN ANALYZE), each a sort of 800,000 md5 strings in a
-# session that was idle: their executor, one level down, is checked as a
-# query's, and takes more as it grows (its DEBUG2 lines).  Before, only a
-# top-level executor was: no line.
+# (query) TO, EXPLAIN ANALYZE), and a DO block's query, each a sort of
+# 800,000 md5 strings in a session that was idle: their executor, one
+# level down, is checked as a query's, and takes more as it grows (its
+# DEBUG2 lines).  Before, only a top-level executor was: no line.
 {
 	my @stmts = ('CREATE TEMP TABLE sorted AS SELECT m FROM sortme ORDER BY m',
 		"COPY (SELECT m FROM sortme ORDER BY m) TO '/dev/null'",
-		'EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) SELECT m FROM sortme ORDER BY m');
+		'EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) SELECT m FROM sortme ORDER BY m',
+		'DO $$BEGIN PERFORM count(*) FROM (SELECT m FROM sortme ORDER BY m) s; END$$');
 	my ($completed, $took) = (0, 0);
 	my @idle = map { $node->background_psql('postgres', on_error_stop => 0) } @stmts;
 	$_->query_safe("SET work_mem = '1GB'; SET max_parallel_workers_per_gather = 0") for @idle;
@@ -335,7 +337,7 @@ for my $form ('in the executor', 'in the planner')
 		$s->{stderr} = '';
 	}
 	$_->quit for @idle;
-	is($took, scalar @stmts, 'CREATE TABLE AS, COPY (query) TO and EXPLAIN ANALYZE of a sort took more from the budget as they ran (their DEBUG2 lines)');
+	is($took, scalar @stmts, 'CREATE TABLE AS, COPY (query) TO, EXPLAIN ANALYZE and a DO block of a sort took more from the budget as they ran (their DEBUG2 lines)');
 	is($completed, scalar @stmts, 'and they complete');
 }
 
