@@ -274,13 +274,13 @@ for my $form ('in the executor', 'in the planner')
 
 # A parallel hash join read by a sort, in the workers only (the leader
 # does not take part): a parallel hash join sets its own function again
-# as each worker attaches, after the worker's plan was wrapped, so the
-# calls of its outer input are counted instead.  Each worker sorts about
-# 200,000 md5 strings and takes more from the budget
-# as it nears its limit (the workers' DEBUG2 lines, sent to the client).
+# as a worker attaches, after the worker's plan was wrapped, so the calls
+# of its outer input are counted instead.  Each of the 2 workers sorts
+# about 300,000 md5 strings (about 40 MB) and takes more from the budget
+# as it nears its limit (their DEBUG2 lines, sent to the client).
 # Before, the sort's input was left unwrapped: no line.
 {
-	$node->safe_psql('postgres', 'CREATE TABLE small AS SELECT g FROM generate_series(0, 99999) g; VACUUM ANALYZE small');
+	$node->safe_psql('postgres', 'CREATE TABLE small AS SELECT g FROM generate_series(0, 149999) g; VACUUM ANALYZE small');
 	my @set = ('SET parallel_leader_participation = off', 'SET max_parallel_workers_per_gather = 2',
 		'SET parallel_setup_cost = 0', 'SET parallel_tuple_cost = 0', 'SET min_parallel_table_scan_size = 0',
 		'SET enable_mergejoin = off', 'SET enable_nestloop = off', "SET work_mem = '1GB'");
@@ -298,9 +298,9 @@ for my $form ('in the executor', 'in the planner')
 	my $asked = () = $s->{stderr} =~ /glibc_malloc executor share: \d+ .*\(a parallel worker\)$/mg;
 	my $got = () = $s->{stderr} =~ /glibc_malloc executor share: [1-9].*\(a parallel worker\)$/mg;
 	diag sprintf('a sort of a parallel hash join in 2 workers: %s; the workers asked %d times, got more %d times%s',
-		$r eq '400000' ? 'completed' : 'failed', $asked, $got, $s->{stderr} =~ /(ERROR: .*)/ ? ": $1" : '');
+		$r eq '600000' ? 'completed' : 'failed', $asked, $got, $s->{stderr} =~ /(ERROR: .*)/ ? ": $1" : '');
 	cmp_ok($got, '>=', 1, 'the workers took more from the budget as their sorts of a parallel hash join ran (their DEBUG2 lines)');
-	is($r, '400000', 'the sort of a parallel hash join completes');
+	is($r, '600000', 'the sort of a parallel hash join completes');
 	$s->quit;
 	$node->safe_psql('postgres', 'DROP TABLE small');
 }
