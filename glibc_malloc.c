@@ -202,15 +202,15 @@ static int	exec_calls = 0;
 static int	exec_level = 1;
 
 /*
- * A top-level utility statement whose executors one level down are checked
- * as a query's (utility_checked_executors) runs: the nesting level they
- * start at (-1: none), whether every one is (a procedure's or a DO
- * block's queries) or only its first that is not SPI's (its own query);
- * and whether one took more from the budget, which the utility
- * statement's end ends.
+ * A top-level utility statement whose work is one executor
+ * (utility_runs_one_executor) runs: the nesting level its executor starts
+ * at, checked as a query's (-1: none), and its text, which that executor's
+ * QueryDesc points to (not a function's or an event trigger's query); and
+ * whether that executor's check may have taken more from the budget,
+ * which the utility statement's end ends.
  */
 static int	utility_exec_nesting = -1;
-static bool utility_exec_every = false;
+static const char *utility_exec_source = NULL;
 static bool utility_exec_took = false;
 
 /* The executor's own first call of a node (static in execProcnode.c), learnt once. */
@@ -565,24 +565,24 @@ mapped_end(QueryDesc *queryDesc, int64 exec_bytes)
 
 /*
  * Every GM_EXEC_CHECK_CALLS calls of the wrapped inputs: the guard's
- * check of the running statement, only from its own top-level run (not a
- * FETCH of its portal inside another statement, not another portal's
- * nodes); what it takes there ends with its executor.  Out of line: the
- * wrappers stay small.
+ * check of the running statement, only from its own run at its level (not
+ * a FETCH of its portal inside another statement, not another portal's
+ * nodes); what it takes there ends with its executor, or for a utility
+ * statement's executor with the statement.  Out of line: the wrappers
+ * stay small.
  */
 static pg_noinline void
 exec_check(PlanState *node)
 {
 	exec_calls = 0;
-	if (exec_desc != NULL && nesting == exec_level && node->state == exec_estate &&
-		gm_guard_may_check() && gm_guard_executor_check(&exec_state))
-	{
-		/* (a utility statement's executor: with the statement) */
-		if (exec_level == 1)
-			reserved_desc = exec_desc;
-		else
-			utility_exec_took = true;
-	}
+	if (exec_desc == NULL || nesting != exec_level || node->state != exec_estate ||
+		!gm_guard_may_check())
+		return;
+	/* A utility statement's executor: ended with the statement (even if its wait fails). */
+	if (exec_level != 1)
+		utility_exec_took = true;
+	if (gm_guard_executor_check(&exec_state) && exec_level == 1)
+		reserved_desc = exec_desc;
 }
 
 /* A wrapped input's call, with the count. */
@@ -657,7 +657,7 @@ exec_wrap_input(PlanState *input)
  * read (exec_keepers), a CTE scan's CTE, a hashed subplan and the rows a
  * ModifyTable writes (each may queue an AFTER trigger's event or a
  * transition table's row, kept until the statement's end); another
- * module's wrapper stays, unchecked.  A plan without such nodes (an index
+ * module's wrapper stays, unchecked.  A query without such nodes (an index
  * lookup) gets none.
  */
 static bool
@@ -692,8 +692,8 @@ exec_wrap_walker(PlanState *node, void *context)
 }
 
 /*
- * A client's top-level executor, a top-level utility statement's
- * (utility_checked_executors) or a parallel worker's, starts while the
+ * A client's top-level executor, a top-level utility statement's own
+ * (utility_runs_one_executor) or a parallel worker's, starts while the
  * memory guard acts on a limit: the inputs of its plan nodes that keep
  * what they read check its
  * growth every GM_EXEC_CHECK_CALLS calls (gm_guard_executor_check, which
@@ -726,7 +726,7 @@ exec_wrap(QueryDesc *queryDesc, int eflags)
 	(void) exec_wrap_walker(queryDesc->planstate, NULL);
 }
 
-/* Admit a top-level query, let presets follow work_mem, then chain one level down. */
+/* Admit a top-level query, let presets follow work_mem, chain; wrap its plan or a utility's. */
 static void
 gm_ExecutorStart(QueryDesc *queryDesc, int eflags)
 {
@@ -767,12 +767,11 @@ gm_ExecutorStart(QueryDesc *queryDesc, int eflags)
 	nesting--;
 	if (nesting == 0)
 		exec_wrap(queryDesc, eflags);
-	else if (nesting == utility_exec_nesting &&
-			 (utility_exec_every || queryDesc->dest->mydest != DestSPI))
+	else if (nesting == utility_exec_nesting && queryDesc->sourceText == utility_exec_source &&
+			 queryDesc->dest->mydest != DestSPI)
 	{
-		/* Its own query once (not a function's or an event trigger's), or each of a procedure's. */
-		if (!utility_exec_every)
-			utility_exec_nesting = -1;
+		/* The utility statement's own executor, once. */
+		utility_exec_nesting = -1;
 		exec_wrap(queryDesc, eflags);
 	}
 }
@@ -1176,17 +1175,14 @@ utility_runs_no_executor(Node *stmt)
 }
 
 /*
- * Whether a utility statement's executors one nesting level down are
- * checked as a query's, and *every whether all are: its own query's only
- * (CREATE TABLE AS, SELECT INTO, CREATE MATERIALIZED VIEW, REFRESH
- * MATERIALIZED VIEW, COPY (query) TO, EXPLAIN: its ANALYZE runs it), or
- * each query of a procedure (CALL) or a DO block, through SPI.
+ * Whether a utility statement's work is one executor, one nesting level
+ * down: CREATE TABLE AS (SELECT INTO, CREATE MATERIALIZED VIEW), REFRESH
+ * MATERIALIZED VIEW, COPY (query) TO, EXPLAIN (its ANALYZE runs it).
  */
 static bool
-utility_checked_executors(Node *stmt, bool *every)
+utility_runs_one_executor(Node *stmt)
 {
-	*every = IsA(stmt, CallStmt) || IsA(stmt, DoStmt);
-	return *every || IsA(stmt, CreateTableAsStmt) || IsA(stmt, RefreshMatViewStmt) ||
+	return IsA(stmt, CreateTableAsStmt) || IsA(stmt, RefreshMatViewStmt) ||
 		IsA(stmt, ExplainStmt) ||
 		(IsA(stmt, CopyStmt) && !((CopyStmt *) stmt)->is_from && ((CopyStmt *) stmt)->query != NULL);
 }
@@ -1339,9 +1335,12 @@ gm_ProcessUtility(GM_PU_ARGS)
 		exec_nests = true;
 		nesting++;
 	}
-	/* Its executor is checked as a query's (the level it starts at). */
-	if (top && utility_checked_executors(pstmt->utilityStmt, &utility_exec_every))
+	/* Its own executor is checked as a query's (the level it starts at, its text). */
+	if (top && utility_runs_one_executor(pstmt->utilityStmt))
+	{
 		utility_exec_nesting = nesting;
+		utility_exec_source = queryString;
+	}
 	PG_TRY();
 	{
 		/* A grant's limit is in force while it runs. */
@@ -1383,6 +1382,7 @@ gm_ProcessUtility(GM_PU_ARGS)
 	if (top)
 	{
 		utility_exec_nesting = -1;
+		exec_desc = NULL;
 		gm_guard_top_statement_end(true);
 	}
 	/* Its reservation or grant ends with it, and what its executor took. */
