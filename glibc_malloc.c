@@ -189,8 +189,8 @@ static bool planned_share = false;
 static bool utility_reserved = false;
 
 /*
- * The top-level executor whose plan nodes check its growth while it runs
- * (exec_wrap) and its EState (only compared, never followed), its check's
+ * The top-level executor (or a top-level utility statement's) whose plan
+ * nodes check its growth while it runs (exec_wrap) and its EState (only compared, never followed), its check's
  * state, and the node calls since the last check.
  */
 static QueryDesc *exec_desc = NULL;
@@ -1187,6 +1187,28 @@ utility_runs_one_executor(Node *stmt)
 		(IsA(stmt, CopyStmt) && !((CopyStmt *) stmt)->is_from && ((CopyStmt *) stmt)->query != NULL);
 }
 
+/*
+ * The text a utility statement's own executor runs with (compared, as a
+ * pointer, with its QueryDesc's): the statement's, or for an EXPLAIN of
+ * an EXECUTE the prepared statement's (NULL if there is none).
+ */
+static const char *
+utility_exec_text(Node *stmt, const char *queryString)
+{
+	if (IsA(stmt, ExplainStmt))
+	{
+		Query	   *query = castNode(Query, ((ExplainStmt *) stmt)->query);
+
+		if (query->commandType == CMD_UTILITY && IsA(query->utilityStmt, ExecuteStmt))
+		{
+			PreparedStatement *ps = FetchPreparedStatement(((ExecuteStmt *) query->utilityStmt)->name, false);
+
+			return ps != NULL ? ps->plansource->query_string : NULL;
+		}
+	}
+	return queryString;
+}
+
 /* Whether a utility statement is a COPY FROM STDIN (it reads its client's rows inside itself). */
 static bool
 copy_from_client(Node *stmt)
@@ -1339,7 +1361,7 @@ gm_ProcessUtility(GM_PU_ARGS)
 	if (top && utility_runs_one_executor(pstmt->utilityStmt))
 	{
 		utility_exec_nesting = nesting;
-		utility_exec_source = queryString;
+		utility_exec_source = utility_exec_text(pstmt->utilityStmt, queryString);
 	}
 	PG_TRY();
 	{

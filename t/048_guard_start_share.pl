@@ -30,7 +30,8 @@
 #    function again as a worker attaches, so its outer input is checked;
 #    the workers take more as their sorts grow (without it, no line);
 #  - CREATE TABLE AS (an event trigger runs a query first), REFRESH
-#    MATERIALIZED VIEW, COPY (query) TO and EXPLAIN ANALYZE of a sort of
+#    MATERIALIZED VIEW, COPY (query) TO, EXPLAIN ANALYZE and EXPLAIN
+#    ANALYZE EXECUTE of a sort of
 #    800,000 md5 strings: the executor one level down checks itself as
 #    a query's does, and takes more as it grows (without it, no line);
 #  - a sort that began while the guard was calm (it waits at its first
@@ -306,7 +307,8 @@ for my $form ('in the executor', 'in the planner')
 }
 
 # Utility statements whose work is one executor (CREATE TABLE AS, REFRESH
-# MATERIALIZED VIEW, COPY (query) TO, EXPLAIN ANALYZE), each a sort of
+# MATERIALIZED VIEW, COPY (query) TO, EXPLAIN ANALYZE, of a query or of
+# an EXECUTE), each a sort of
 # 800,000 md5 strings in a session that was idle: their executor, one
 # level down, is checked as a query's, and takes more as it grows (its
 # DEBUG2 lines).  Before, only a top-level executor was: no line.  An
@@ -317,14 +319,16 @@ for my $form ('in the executor', 'in the planner')
 	my @stmts = ('CREATE TEMP TABLE sorted AS SELECT m FROM sortme ORDER BY m',
 		'REFRESH MATERIALIZED VIEW sorted_mv',
 		"COPY (SELECT m FROM sortme ORDER BY m) TO '/dev/null'",
-		'EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) SELECT m FROM sortme ORDER BY m');
+		'EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) SELECT m FROM sortme ORDER BY m',
+		'EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) EXECUTE sorting');
 	$node->safe_psql('postgres', q{CREATE MATERIALIZED VIEW sorted_mv AS SELECT m FROM sortme ORDER BY m WITH NO DATA;
 		CREATE FUNCTION gm_looks() RETURNS event_trigger LANGUAGE plpgsql AS
-			$$DECLARE r record; BEGIN FOR r IN SELECT relname FROM pg_class LIMIT 3 LOOP END LOOP; END$$;
+			$$DECLARE r record; BEGIN FOR r IN SELECT relname FROM pg_class LIMIT 3 LOOP END LOOP; RAISE NOTICE 'gm_looks ran'; END$$;
 		CREATE EVENT TRIGGER gm_looks ON ddl_command_start WHEN TAG IN ('CREATE TABLE AS') EXECUTE FUNCTION gm_looks()});
-	my ($completed, $took) = (0, 0);
+	my ($completed, $took, $looked) = (0, 0, 0);
 	my @idle = map { $node->background_psql('postgres', on_error_stop => 0) } @stmts;
-	$_->query_safe("SET work_mem = '1GB'; SET max_parallel_workers_per_gather = 0") for @idle;
+	$_->query_safe("SET work_mem = '1GB'; SET max_parallel_workers_per_gather = 0; PREPARE sorting AS SELECT m FROM sortme ORDER BY m")
+	  for @idle;
 	sleep 1;
 	for my $i (0 .. $#stmts)
 	{
@@ -334,6 +338,7 @@ for my $form ('in the executor', 'in the planner')
 		$s->query_safe('SET client_min_messages = debug2');
 		$s->{stderr} = '';
 		$s->query($stmts[$i]);
+		$looked = 1 if $s->{stderr} =~ /NOTICE:  gm_looks ran/ && $stmts[$i] =~ /^CREATE TEMP TABLE sorted AS/;
 		my $ok = $s->{stderr} !~ /ERROR/;
 		my $n = () = $s->{stderr} =~ /glibc_malloc executor share: [1-9]/g;
 		$completed++ if $ok;
@@ -345,7 +350,8 @@ for my $form ('in the executor', 'in the planner')
 	}
 	$_->quit for @idle;
 	$node->safe_psql('postgres', 'DROP EVENT TRIGGER gm_looks; DROP MATERIALIZED VIEW sorted_mv');
-	is($took, scalar @stmts, 'CREATE TABLE AS (beside an event trigger\'s query), REFRESH MATERIALIZED VIEW, COPY (query) TO and EXPLAIN ANALYZE of a sort took more from the budget as they ran (their DEBUG2 lines)');
+	ok($looked, "the event trigger's FOR loop ran before CREATE TABLE AS (its NOTICE)");
+	is($took, scalar @stmts, 'CREATE TABLE AS (beside an event trigger\'s query), REFRESH MATERIALIZED VIEW, COPY (query) TO, EXPLAIN ANALYZE and EXPLAIN ANALYZE EXECUTE of a sort took more from the budget as they ran (their DEBUG2 lines)');
 	is($completed, scalar @stmts, 'and they complete');
 }
 
