@@ -76,7 +76,7 @@ my @fillers;
 my @sleeping;
 END { local $?; $_->kill_kill for @fillers; eval { $_->{h}->kill_kill } for @sleeping }
 
-my $node = new_node('startshare', "restart_after_crash = on\nshared_buffers = 16MB\nmax_connections = 50\n"
+my $node = new_node('startshare', "restart_after_crash = on\nshared_buffers = 16MB\nmax_connections = 60\n"
 	  . "glibc_malloc.track_statements = none\n", no_start => 1);
 $node->start;
 enter_cgroup_v1($node, $cg, $limit);
@@ -333,7 +333,7 @@ for my $form ('in the executor', 'in the planner')
 	for my $i (0 .. $#stmts)
 	{
 		my $s = $idle[$i];
-		wait_for(sub { headroom() >= 100 * $MB }, 10);
+		wait_for(sub { headroom() >= 95 * $MB }, 10);
 		my $h = headroom();
 		$s->query_safe('SET client_min_messages = debug2');
 		$s->{stderr} = '';
