@@ -190,8 +190,9 @@ static bool utility_reserved = false;
 
 /*
  * The top-level executor (or a top-level utility statement's) whose plan
- * nodes check its growth while it runs (exec_wrap) and its EState (only compared, never followed), its check's
- * state, and the node calls since the last check.
+ * nodes check its growth while it runs (exec_wrap) and its EState (only
+ * compared, never followed), its check's state, and the node calls since
+ * the last check.
  */
 static QueryDesc *exec_desc = NULL;
 static EState *exec_estate = NULL;
@@ -695,10 +696,10 @@ exec_wrap_walker(PlanState *node, void *context)
  * A client's top-level executor, a top-level utility statement's own
  * (utility_runs_one_executor) or a parallel worker's, starts while the
  * memory guard acts on a limit: the inputs of its plan nodes that keep
- * what they read check its
- * growth every GM_EXEC_CHECK_CALLS calls (gm_guard_executor_check, which
- * does something only while the guard is engaged: a statement of a burst
- * that began calm is checked once it engages).  A node that sets its own
+ * what they read check its growth every GM_EXEC_CHECK_CALLS calls
+ * (gm_guard_executor_check, which does something only while the guard is
+ * engaged: a statement of a burst that began calm is checked once it
+ * engages).  A node that sets its own
  * function later (ExecSetExecProcNode) is unwrapped then.  Flag tests
  * otherwise.
  */
