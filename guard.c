@@ -173,7 +173,7 @@ static int64 grant_pending = GM_NO_LIMIT;
 /*
  * A top-level statement started or ran since the last
  * gm_guard_top_statement_end that checked what it maps at its end:
- * checked once per statement (the read itself may be skipped, see there).
+ * checked once per statement (and read at most as often as that says).
  */
 static bool statement_unchecked = false;
 
@@ -413,14 +413,12 @@ gm_guard_top_statement_start(void)
  * whose next look that counts the process idle gives its reserve back
  * sooner.  What it maps is read once per statement that started or ran
  * since (its executor's end, else its transaction's), and at each
- * transaction's end inside it.  Unless failed (an abort: an error, or a
- * rollback), the read is skipped within GM_END_READ_USEC of the last one
- * while the limit is the same and that read left GM_END_READ_ROOM or
- * more (at 64 clients these reads were a tenth of the guard's cost on
- * short statements): a statement that mapped most of that room meanwhile
- * and ended without an error is left to the monitor's next look.  A
- * commit that fails after the executor's end read nothing more: not a
- * reserve's failure.  Allocates nothing.
+ * transaction's end inside it; failed false: not within GM_END_READ_USEC
+ * of the last read, under the same limit, where that left
+ * GM_END_READ_ROOM or more (at 64 clients, these reads were a tenth of
+ * the guard's cost on short statements; a statement that mapped more
+ * than that room's first MB meanwhile and ended without an error is left
+ * to the monitor's next look).  Allocates nothing.
  */
 void
 gm_guard_top_statement_end(bool last, bool failed)
