@@ -551,17 +551,27 @@ gm_proc_statm_self(int64 *rss_anon)
 /*
  * Another process's VmData and RssAnon in bytes, as gm_proc_vmdata_rss
  * gives them (-1 where unknown), for the monitor's looks: its
- * /proc/PID/statm (a short line; the kernel formats its status whole)
- * less its stack (VmStk), which its status gives at the first reading of
- * the pid in the caller's cache (its slot's) and again at the first a
- * second or more after (GM_STACK_READ_USEC); cache NULL: the status.  A
- * main stack only grows: a VmData read so is above the status's by what
- * the stack grew since, at most that second (an idle backend's limit set
- * from it is that much higher).
+ * /proc/PID/statm (a third of the cost of its status, which the kernel
+ * formats whole) less its stack (VmStk), read from its status at the
+ * first reading of the pid and again at the first a second or more after
+ * (GM_STACK_READ_USEC).  A main stack only grows: a VmData read so is at
+ * most what the stack grew in that second above the status's.  The stacks
+ * are kept in a table of GM_STACK_CACHE entries by pid, allocated at the
+ * first call (without it, or where two pids share an entry, the status is
+ * read as before).
  */
+#define GM_STACK_CACHE	4096
 void
-gm_proc_vmdata_rss_quick(int pid, GmStackRead *cache, int64 *vmdata, int64 *rss)
+gm_proc_vmdata_rss_quick(int pid, int64 *vmdata, int64 *rss)
 {
+	typedef struct
+	{
+		int			pid;
+		int64		stack;
+		int64		read_at;
+	}			GmStack;
+	static GmStack *stacks = NULL;
+	GmStack    *e;
 	char		path[64];
 	char		buf[256];
 	ssize_t		n;
@@ -570,8 +580,11 @@ gm_proc_vmdata_rss_quick(int pid, GmStackRead *cache, int64 *vmdata, int64 *rss)
 	int64		now = gm_monotonic_usec();
 
 	*vmdata = *rss = -1;
-	if (cache == NULL || cache->pid != pid || pid <= 0 ||
-		now - cache->read_at >= GM_STACK_READ_USEC || now < cache->read_at)
+	if (stacks == NULL)
+		stacks = MemoryContextAllocExtended(TopMemoryContext, sizeof(GmStack) * GM_STACK_CACHE,
+											MCXT_ALLOC_NO_OOM | MCXT_ALLOC_ZERO);
+	e = stacks != NULL && pid > 0 ? &stacks[pid % GM_STACK_CACHE] : NULL;
+	if (e == NULL || e->pid != pid || now - e->read_at >= GM_STACK_READ_USEC || now < e->read_at)
 	{
 		static const char *const keys[] = {"VmData:", "RssAnon:", "VmStk:"};
 		int64		vals[3];
@@ -580,11 +593,11 @@ gm_proc_vmdata_rss_quick(int pid, GmStackRead *cache, int64 *vmdata, int64 *rss)
 		gm_proc_status_fields(pid, keys, vals, 3);
 		*vmdata = vals[0];
 		*rss = vals[1];
-		if (cache != NULL)
+		if (e != NULL)
 		{
-			cache->pid = vals[0] >= 0 && vals[2] >= 0 ? pid : 0;
-			cache->stack = vals[2];
-			cache->read_at = now;
+			e->pid = vals[0] >= 0 && vals[2] >= 0 ? pid : 0;
+			e->stack = vals[2];
+			e->read_at = now;
 		}
 		return;
 	}
@@ -599,7 +612,7 @@ gm_proc_vmdata_rss_quick(int pid, GmStackRead *cache, int64 *vmdata, int64 *rss)
 		*rss = -1;
 		return;
 	}
-	*vmdata = Max(data - cache->stack, 0);
+	*vmdata = Max(data - e->stack, 0);
 }
 
 /* This process's VmData (gm_proc_statm_self), -1 if unknown: a statement's end. */

@@ -810,7 +810,7 @@ static void
 executor_ended(void)
 {
 	if (nesting == 0)
-		gm_guard_top_statement_end(true, false);
+		gm_guard_top_statement_end(true);
 }
 
 /*
@@ -1040,7 +1040,7 @@ gm_xact_callback(XactEvent event, void *arg)
 		/* (its own error ends it in gm_ProcessUtility, before the abort) */
 		if (!utility_reserved)
 			gm_guard_wait_end();
-		gm_guard_top_statement_end(nesting == 0, event == XACT_EVENT_ABORT);
+		gm_guard_top_statement_end(nesting == 0);
 	}
 	/* The error is handled; a worker's never raised again is forgotten. */
 	if (event == XACT_EVENT_ABORT || event == XACT_EVENT_PARALLEL_ABORT)
@@ -1127,7 +1127,7 @@ gm_subxact_callback(SubXactEvent event, SubTransactionId mySubid,
 		exec_desc = NULL;
 		planned_share = plan_tried = false;
 		gm_guard_wait_end();
-		gm_guard_top_statement_end(true, true);
+		gm_guard_top_statement_end(true);
 	}
 }
 
@@ -1384,7 +1384,7 @@ gm_ProcessUtility(GM_PU_ARGS)
 		{
 			utility_exec_nesting = -1;
 			exec_desc = NULL;
-			gm_guard_top_statement_end(true, true);
+			gm_guard_top_statement_end(true);
 		}
 		/* Counted with the grant's limit in force; the HINT allocates, after it. */
 		caught_error_counted(false);
@@ -1406,7 +1406,7 @@ gm_ProcessUtility(GM_PU_ARGS)
 	{
 		utility_exec_nesting = -1;
 		exec_desc = NULL;
-		gm_guard_top_statement_end(true, false);
+		gm_guard_top_statement_end(true);
 	}
 	/* Its reservation or grant ends with it, and what its executor took. */
 	if (admitted || (top && utility_exec_took))

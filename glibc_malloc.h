@@ -273,15 +273,7 @@ extern void gm_mallinfo(GmMallinfo *mi);
 extern int64 gm_heap_end(void);
 extern int64 gm_proc_status_bytes(int pid, const char *key);
 extern void gm_proc_vmdata_rss(int pid, int64 *vmdata, int64 *rss);
-
-/* A process's stack as its status last gave it (gm_proc_vmdata_rss_quick); pid 0: none. */
-typedef struct GmStackRead
-{
-	int			pid;
-	int64		stack;
-	int64		read_at;		/* gm_monotonic_usec */
-} GmStackRead;
-extern void gm_proc_vmdata_rss_quick(int pid, GmStackRead *cache, int64 *vmdata, int64 *rss);
+extern void gm_proc_vmdata_rss_quick(int pid, int64 *vmdata, int64 *rss);
 extern void gm_proc_vmsize_peak(int64 *size, int64 *peak);
 extern int64 gm_proc_statm_data_bytes(void);
 extern int64 gm_proc_statm_self(int64 *rss_anon);
@@ -634,7 +626,7 @@ extern void gm_guard_define_gucs(void);
 extern void gm_guard_apply(void);
 extern void gm_guard_statement_start(void);
 extern void gm_guard_top_statement_start(void);
-extern void gm_guard_top_statement_end(bool last, bool failed);
+extern void gm_guard_top_statement_end(bool last);
 extern void gm_guard_top_statement_runs(void);
 extern void gm_guard_reads_client(bool on);
 extern bool gm_guard_may_wait(void);

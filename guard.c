@@ -89,13 +89,8 @@
 #define GM_EXEC_GROW_MARGIN		(8 * 1024 * 1024)
 #define GM_EXEC_READ_USEC		2000
 
-/*
- * A statement that ends without an error reads what its process maps
- * at most this often, while the last read left this much room under an
- * unchanged limit (gm_guard_top_statement_end).
- */
+/* A statement's end reads what its process maps at most this often. */
 #define GM_END_READ_USEC		10000
-#define GM_END_READ_ROOM		((int64) 2 * 1024 * 1024)
 
 /* A waiter looks again at least this often (the monitor looks every 50 ms). */
 #define GM_WAIT_POLL_MS			50
@@ -172,8 +167,8 @@ static int64 grant_pending = GM_NO_LIMIT;
 
 /*
  * A top-level statement started or ran since the last
- * gm_guard_top_statement_end that checked what it maps at its end:
- * checked once per statement (and read at most as often as that says).
+ * gm_guard_top_statement_end that read what it maps at its end: that
+ * /proc read is done once per statement.
  */
 static bool statement_unchecked = false;
 
@@ -413,20 +408,15 @@ gm_guard_top_statement_start(void)
  * whose next look that counts the process idle gives its reserve back
  * sooner.  What it maps is read once per statement that started or ran
  * since (its executor's end, else its transaction's), and at each
- * transaction's end inside it; failed false: not within GM_END_READ_USEC
- * of the last read, under the same limit, where that left
- * GM_END_READ_ROOM or more (at 64 clients, these reads were a tenth of
- * the guard's cost on short statements; a statement that mapped more
- * than that room's first MB meanwhile and ended without an error is left
- * to the monitor's next look).  Allocates nothing.
+ * transaction's end inside it, at most every GM_END_READ_USEC (a read of
+ * /proc/self/statm per short statement was a tenth of its cost; the
+ * monitor's next look gives the reserve back all the same).  Allocates
+ * nothing.
  */
 void
-gm_guard_top_statement_end(bool last, bool failed)
+gm_guard_top_statement_end(bool last)
 {
-	/* The last read: when, the limit then, and the room it left. */
 	static int64 end_read_at = 0;
-	static int64 end_read_limit = GM_NO_LIMIT;
-	static int64 end_read_room = 0;
 	int64		limit;
 	int64		vm;
 	int64		now;
@@ -437,15 +427,12 @@ gm_guard_top_statement_end(bool last, bool failed)
 		return;
 	if (last)
 		statement_unchecked = false;
+	/* (the clock stepped back: read now) */
 	now = gm_monotonic_usec();
-	if (!failed && limit == end_read_limit && end_read_room >= GM_END_READ_ROOM &&
-		now >= end_read_at && now - end_read_at < GM_END_READ_USEC)
+	if (now - end_read_at < GM_END_READ_USEC && now >= end_read_at)
 		return;
 	end_read_at = now;
-	end_read_limit = limit;
-	vm = gm_proc_statm_data_bytes();
-	end_read_room = vm >= 0 ? limit - vm : 0;
-	if (vm >= 0 && limit - vm < (int64) 1024 * 1024)
+	if ((vm = gm_proc_statm_data_bytes()) >= 0 && limit - vm < (int64) 1024 * 1024)
 		gm_shmem_guard_wake();
 }
 

@@ -151,7 +151,6 @@ typedef struct GmGuarded
 	int64		read_at;		/* monotonic */
 	int64		read_vmdata;
 	int64		read_rss;
-	GmStackRead stack;			/* its stack, for reading its statm */
 	bool		counted_idle;	/* the last look counted it as not working */
 	int			since_pid;		/* the process since is of; 0 = none */
 	uint64		since;			/* the look its current work began at */
@@ -560,8 +559,8 @@ guard_measure(const GmLimits *l, const GmSnapshot *snaps, int n, bool observe, i
 		{
 			int64		rss;
 
-			/* Both in one reading. */
-			gm_proc_vmdata_rss_quick(s->pid, &g->stack, &vm, &rss);
+			/* Both in one read of its status. */
+			gm_proc_vmdata_rss_quick(s->pid, &vm, &rss);
 			if (vm < 0)
 				continue;
 

@@ -1796,17 +1796,11 @@ gm_shmem_stalled(int slotno, int pid)
 int
 gm_shmem_wait_note_look(GmWaitLook *looks)
 {
-	/* Each slot's process's stack, for reading its statm (the monitor's). */
-	static GmStackRead *stacks = NULL;
 	int			n = 0;
 	int			kept = 0;
 
 	if (shared == NULL)
 		return 0;
-	if (stacks == NULL)
-		stacks = MemoryContextAllocExtended(TopMemoryContext,
-											sizeof(GmStackRead) * shared->nslots,
-											MCXT_ALLOC_NO_OOM | MCXT_ALLOC_ZERO);
 	/* What the slots hold, under the lock (64-bit fields: 32-bit builds). */
 	LWLockAcquire(shared->wait_lock, LW_SHARED);
 	for (int i = 0; i < shared->nslots; i++)
@@ -1835,8 +1829,7 @@ gm_shmem_wait_note_look(GmWaitLook *looks)
 	{
 		GmWaitLook *lk = &looks[k];
 
-		gm_proc_vmdata_rss_quick(lk->pid, stacks != NULL ? &stacks[lk->slot] : NULL,
-								 &lk->vmdata, &lk->gap);
+		gm_proc_vmdata_rss_quick(lk->pid, &lk->vmdata, &lk->gap);
 		if (lk->vmdata < 0 || lk->gap < 0)
 			continue;
 		lk->gap = Max(lk->vmdata - lk->gap, 0);
