@@ -273,7 +273,6 @@ extern void gm_mallinfo(GmMallinfo *mi);
 extern int64 gm_heap_end(void);
 extern int64 gm_proc_status_bytes(int pid, const char *key);
 extern void gm_proc_vmdata_rss(int pid, int64 *vmdata, int64 *rss);
-extern void gm_proc_vmdata_rss_quick(int pid, int64 *vmdata, int64 *rss);
 extern void gm_proc_vmsize_peak(int64 *size, int64 *peak);
 extern int64 gm_proc_statm_data_bytes(void);
 extern int64 gm_proc_statm_self(int64 *rss_anon);

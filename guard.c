@@ -89,9 +89,6 @@
 #define GM_EXEC_GROW_MARGIN		(8 * 1024 * 1024)
 #define GM_EXEC_READ_USEC		2000
 
-/* A statement's end reads what its process maps at most this often. */
-#define GM_END_READ_USEC		10000
-
 /* A waiter looks again at least this often (the monitor looks every 50 ms). */
 #define GM_WAIT_POLL_MS			50
 
@@ -408,18 +405,13 @@ gm_guard_top_statement_start(void)
  * whose next look that counts the process idle gives its reserve back
  * sooner.  What it maps is read once per statement that started or ran
  * since (its executor's end, else its transaction's), and at each
- * transaction's end inside it, at most every GM_END_READ_USEC (a read of
- * /proc/self/statm per short statement was a tenth of its cost; the
- * monitor's next look gives the reserve back all the same).  Allocates
- * nothing.
+ * transaction's end inside it.  Allocates nothing.
  */
 void
 gm_guard_top_statement_end(bool last)
 {
-	static int64 end_read_at = 0;
 	int64		limit;
 	int64		vm;
-	int64		now;
 
 	gm_shmem_guard_reads_client(false);
 	if (!statement_unchecked || !gm_shmem_guard_engaged() || IsParallelWorker() ||
@@ -427,11 +419,6 @@ gm_guard_top_statement_end(bool last)
 		return;
 	if (last)
 		statement_unchecked = false;
-	/* (the clock stepped back: read now) */
-	now = gm_monotonic_usec();
-	if (now - end_read_at < GM_END_READ_USEC && now >= end_read_at)
-		return;
-	end_read_at = now;
 	if ((vm = gm_proc_statm_data_bytes()) >= 0 && limit - vm < (int64) 1024 * 1024)
 		gm_shmem_guard_wake();
 }
@@ -812,15 +799,14 @@ admission_taken(int64 now, int64 *room, int *held)
  * (at most GM_GUARD_START_WAIT_MS, not for memory) until the guard's limit
  * covers it.  None left, or the guard not engaged: nothing, it runs as
  * before, served by its growth.  Returns whether it holds one.  One read
- * of /proc/self/statm, only while engaged and a share is left for it, and
- * the share claimed without the lock while none waits
- * (gm_shmem_wait_claim), else under it.
+ * of /proc/self/statm, only while engaged, and the share claimed without
+ * the lock while none waits (gm_shmem_wait_claim), else under it.
  */
 bool
 gm_guard_take_start_share(void)
 {
-	int64		vm = -1;
-	int64		rss = -1;
+	int64		vm;
+	int64		rss;
 	int64		now;
 	int64		room;
 	int64		taken;
@@ -834,15 +820,15 @@ gm_guard_take_start_share(void)
 	if (!gm_shmem_guard_engaged())
 		return false;
 	admit_prepare();
+	vm = gm_proc_statm_self(&rss);
+	if (vm < 0)
+		return false;
 	now = gm_monotonic_usec();
 	/*
 	 * While none waits and no one holds the lock: its share claimed
-	 * without it, and what the process maps read only when there is one
-	 * (a read of /proc/self/statm is most of what a short statement's
-	 * start costs here).  Shares that race read the same count of
-	 * holders, so each may be a little more than its turn under the lock
-	 * would give; together within the room all the same
-	 * (gm_shmem_wait_claim).
+	 * without it.  Shares that race read the same count of holders, so
+	 * each may be a little more than its turn under the lock would give;
+	 * together within the room all the same (gm_shmem_wait_claim).
 	 */
 	if (gm_shmem_wait_read_budget(&b))
 	{
@@ -850,15 +836,10 @@ gm_guard_take_start_share(void)
 		taken = b.taken;
 		held = b.held;
 		share = gm_guard_start_share(room, taken, held);
-		if (share > 0 && (vm = gm_proc_statm_self(&rss)) < 0)
-			return false;
 		if (share > 0)
 			wait_entered = true;
 		lockless = share == 0 || gm_shmem_wait_claim(&b, share, false, vm, rss, now);
 	}
-	/* (read before the lock, not under it) */
-	if (!lockless && vm < 0 && (vm = gm_proc_statm_self(&rss)) < 0)
-		return false;
 	if (!lockless)
 	{
 		gm_shmem_wait_lock();

@@ -146,7 +146,7 @@ typedef struct GmGuarded
 	int64		ref_at;			/* monotonic */
 	int64		growth;			/* over the last window; GM_GROWTH_UNKNOWN */
 	uint32		starts;			/* the slot's statement starts seen */
-	/* the last reading of the process, reused while it idles */
+	/* the last reading of /proc/PID/status, reused while it idles */
 	int			read_pid;		/* 0 = none */
 	int64		read_at;		/* monotonic */
 	int64		read_vmdata;
@@ -538,8 +538,7 @@ guard_measure(const GmLimits *l, const GmSnapshot *snaps, int n, bool observe, i
 		prev_vm = g->read_pid == s->pid ? g->read_vmdata : -1;
 
 		/*
-		 * Reading the process (gm_proc_vmdata_rss_quick: its statm, and its
-		 * status once a second) is most of a look's cost: read it again
+		 * /proc/PID/status (one read) is most of a look's cost: read it again
 		 * only for a process that may have changed.  One that the last look
 		 * counted as idle, with its limit set (a statement that starts in
 		 * it counts in its slot's starts), no start since, still waiting for
@@ -560,7 +559,7 @@ guard_measure(const GmLimits *l, const GmSnapshot *snaps, int n, bool observe, i
 			int64		rss;
 
 			/* Both in one read of its status. */
-			gm_proc_vmdata_rss_quick(s->pid, &vm, &rss);
+			gm_proc_vmdata_rss(s->pid, &vm, &rss);
 			if (vm < 0)
 				continue;
 

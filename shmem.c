@@ -1829,7 +1829,7 @@ gm_shmem_wait_note_look(GmWaitLook *looks)
 	{
 		GmWaitLook *lk = &looks[k];
 
-		gm_proc_vmdata_rss_quick(lk->pid, &lk->vmdata, &lk->gap);
+		gm_proc_vmdata_rss(lk->pid, &lk->vmdata, &lk->gap);
 		if (lk->vmdata < 0 || lk->gap < 0)
 			continue;
 		lk->gap = Max(lk->vmdata - lk->gap, 0);
