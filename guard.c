@@ -507,18 +507,15 @@ wait_at_exit(int code, Datum arg)
 }
 
 /*
- * Whether another backend waits for a lock this one (its parallel group)
- * holds: a scan of the wait events (no lock), and PostgreSQL's
- * pg_blocking_pids for those that wait for a heavyweight lock.
+ * Whether another backend waits for a lock this one holds: a scan of the
+ * wait events (no lock), and PostgreSQL's pg_blocking_pids for those that
+ * wait for a heavyweight lock.
  */
 static bool
 blocks_others(void)
 {
 	bool		blocks = false;
 	MemoryContext old;
-	/* (pg_blocking_pids names a parallel group by its leader's pid) */
-	PGPROC	   *leader = MyProc != NULL ? MyProc->lockGroupLeader : NULL;
-	int			me = leader != NULL ? leader->pid : MyProcPid;
 
 	if (wait_cxt == NULL)
 		wait_cxt = AllocSetContextCreate(TopMemoryContext, "glibc_malloc memory wait",
@@ -532,14 +529,14 @@ blocks_others(void)
 		int32	   *pids;
 		int			n;
 
-		if (pid == 0 || proc == MyProc || (leader != NULL && proc->lockGroupLeader == leader) ||
+		if (pid == 0 || proc == MyProc ||
 			(proc->wait_event_info & 0xFF000000) != PG_WAIT_LOCK)
 			continue;
 		arr = DatumGetArrayTypeP(DirectFunctionCall1(pg_blocking_pids, Int32GetDatum(pid)));
 		n = ArrayGetNItems(ARR_NDIM(arr), ARR_DIMS(arr));
 		pids = (int32 *) ARR_DATA_PTR(arr);
 		for (int k = 0; k < n; k++)
-			if (pids[k] == me)
+			if (pids[k] == MyProcPid)
 				blocks = true;
 	}
 	MemoryContextSwitchTo(old);
@@ -850,8 +847,7 @@ gm_guard_take_start_share(void)
 	 * While none waits and no one holds the lock: its share claimed
 	 * without it, and what the process maps read only when there is one
 	 * (a read of /proc/self/statm is most of what a short statement's
-	 * start costs here; the locked way reads before the lock, share or
-	 * not).  Shares that race read the same count of
+	 * start costs here).  Shares that race read the same count of
 	 * holders, so each may be a little more than its turn under the lock
 	 * would give; together within the room all the same
 	 * (gm_shmem_wait_claim).
@@ -915,8 +911,7 @@ gm_guard_take_start_share(void)
  * (max_backend_memory) or the original limit is the lower: the guard
  * cannot raise those.  Returns whether it took more (the executor's end
  * ends the reservation).  Flag and clock reads; a /proc read at most every
- * GM_EXEC_READ_USEC; the lock only near the limit; pausing again, a scan
- * of the lock waiters at most once a second.
+ * GM_EXEC_READ_USEC; the lock only near the limit.
  */
 bool
 gm_guard_executor_check(GmExecCheck *check)
@@ -946,12 +941,11 @@ gm_guard_executor_check(GmExecCheck *check)
 		check->want = -1;
 
 	/*
-	 * Unserved: asked, and no look since, in a backend (a parallel worker
-	 * that pauses holds its group at a barrier: it goes on as before).
-	 * Then it pauses again near its limit, while the stall allows; else
-	 * at most one ask per look.
+	 * Unserved: asked, and fewer than two looks since (one may have read
+	 * the slots before the ask).  Then it pauses again near its limit,
+	 * while the stall allows; else at most one ask per look.
 	 */
-	unserved = check->want >= 0 && looks0 == check->tried_looks && !IsParallelWorker();
+	unserved = check->want >= 0 && (uint32) (looks0 - check->tried_looks) < 2;
 	if (unserved ? check->stalled_usec + (int64) GM_GUARD_START_WAIT_MS * 1000 > stall_usec()
 		: looks0 == check->tried_looks)
 		return false;
@@ -969,10 +963,8 @@ gm_guard_executor_check(GmExecCheck *check)
 	 * What it took is not in its limit yet, and the monitor has not looked
 	 * since (starved of CPU, or stopped): near its limit, it pauses for
 	 * the look again rather than run into the limit, up to stall_usec in
-	 * all; no more once another backend waits for a lock it (its parallel
-	 * group) holds (checked before a pause, at most every
-	 * GM_WAIT_LOCK_CHECK_USEC: pg_blocking_pids of each lock waiter).
-	 * Then it goes on as before.
+	 * all; not while another backend waits for a lock it holds (checked
+	 * at most every GM_WAIT_LOCK_CHECK_USEC).  Then it goes on as before.
 	 */
 	if (unserved)
 	{
@@ -987,7 +979,7 @@ gm_guard_executor_check(GmExecCheck *check)
 				return false;
 			}
 		}
-		wait_for_reserved_limit(check->want, check->tried_looks, gm_memory_wait_event());
+		wait_for_reserved_limit(check->want, looks0, gm_memory_wait_event());
 		check->stalled_usec += Max(gm_monotonic_usec() - now, 0);
 		elog(DEBUG2, "glibc_malloc executor share: paused again at " INT64_FORMAT " of limit " INT64_FORMAT " for " INT64_FORMAT ": no look since it asked",
 			 vm, movable, check->want);
