@@ -483,39 +483,6 @@ stack_bytes(void)
 }
 
 /*
- * A /proc/PID/statm line (n bytes of buf; n <= 0: none): its data pages
- * (the sixth field, the stack in) in bytes, -1 if absent; its resident
- * less its shared pages (RssAnon: the kernel's shared count is its file
- * and shmem pages) into *rss_anon (NULL: not wanted), -1 if absent.
- */
-static int64
-statm_parse(const char *buf, ssize_t n, int64 *rss_anon)
-{
-	int			field = 0;
-	int64		vals[6] = {0, 0, 0, 0, 0, 0};
-	bool		digits[6] = {false, false, false, false, false, false};
-	static int64 page = 0;
-
-	if (page <= 0)
-		page = (int64) sysconf(_SC_PAGESIZE);
-	if (rss_anon != NULL)
-		*rss_anon = -1;
-	for (ssize_t i = 0; i < n && field <= 5; i++)
-	{
-		if (buf[i] == ' ' || buf[i] == '\n')
-			field++;
-		else if (buf[i] >= '0' && buf[i] <= '9')
-		{
-			vals[field] = vals[field] * 10 + (buf[i] - '0');
-			digits[field] = true;
-		}
-	}
-	if (rss_anon != NULL && digits[1] && digits[2])
-		*rss_anon = Max(vals[1] - vals[2], 0) * page;
-	return digits[5] ? vals[5] * page : -1;
-}
-
-/*
  * This process's data pages (/proc/self/statm's sixth field) less its
  * stack as last read (stack_bytes): VmData, or a little above it when the
  * stack grew since (an estimate from above of what RLIMIT_DATA counts),
@@ -531,7 +498,10 @@ gm_proc_statm_self(int64 *rss_anon)
 	char		buf[256];
 	ssize_t		n;
 	int			fd;
-	int64		data;
+	int			field = 0;
+	int64		vals[6] = {0, 0, 0, 0, 0, 0};
+	bool		digits[6] = {false, false, false, false, false, false};
+	int64		page = (int64) sysconf(_SC_PAGESIZE);
 
 	if (rss_anon != NULL)
 		*rss_anon = -1;
@@ -544,62 +514,21 @@ gm_proc_statm_self(int64 *rss_anon)
 	}
 	else
 		return -1;
-	data = statm_parse(buf, n, rss_anon);
-	return data >= 0 ? Max(data - stack_bytes(), 0) : -1;
-}
-
-/*
- * Another process's VmData and RssAnon in bytes, as gm_proc_vmdata_rss
- * gives them (-1 where unknown), for the monitor's looks: its
- * /proc/PID/statm (a short line; the kernel formats its status whole)
- * less its stack (VmStk), which its status gives at the first reading of
- * the pid in the caller's cache (its slot's) and again at the first a
- * second or more after (GM_STACK_READ_USEC); cache NULL: the status.  A
- * main stack only grows: a VmData read so is above the status's by what
- * the stack grew since, at most that second (an idle backend's limit set
- * from it is that much higher).
- */
-void
-gm_proc_vmdata_rss_quick(int pid, GmStackRead *cache, int64 *vmdata, int64 *rss)
-{
-	char		path[64];
-	char		buf[256];
-	ssize_t		n;
-	int			fd;
-	int64		data;
-	int64		now = gm_monotonic_usec();
-
-	*vmdata = *rss = -1;
-	if (cache == NULL || cache->pid != pid || pid <= 0 ||
-		now - cache->read_at >= GM_STACK_READ_USEC || now < cache->read_at)
+	if (n <= 0)
+		return -1;
+	for (ssize_t i = 0; i < n && field <= 5; i++)
 	{
-		static const char *const keys[] = {"VmData:", "RssAnon:", "VmStk:"};
-		int64		vals[3];
-
-		/* All three in one read of its status. */
-		gm_proc_status_fields(pid, keys, vals, 3);
-		*vmdata = vals[0];
-		*rss = vals[1];
-		if (cache != NULL)
+		if (buf[i] == ' ' || buf[i] == '\n')
+			field++;
+		else if (buf[i] >= '0' && buf[i] <= '9')
 		{
-			cache->pid = vals[0] >= 0 && vals[2] >= 0 ? pid : 0;
-			cache->stack = vals[2];
-			cache->read_at = now;
+			vals[field] = vals[field] * 10 + (buf[i] - '0');
+			digits[field] = true;
 		}
-		return;
 	}
-	snprintf(path, sizeof(path), "/proc/%d/statm", pid);
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0)
-		return;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	data = statm_parse(buf, n, rss);
-	if (data < 0)
-	{
-		*rss = -1;
-		return;
-	}
-	*vmdata = Max(data - cache->stack, 0);
+	if (rss_anon != NULL && digits[1] && digits[2])
+		*rss_anon = Max(vals[1] - vals[2], 0) * page;
+	return digits[5] ? Max(vals[5] * page - stack_bytes(), 0) : -1;
 }
 
 /* This process's VmData (gm_proc_statm_self), -1 if unknown: a statement's end. */

@@ -273,15 +273,6 @@ extern void gm_mallinfo(GmMallinfo *mi);
 extern int64 gm_heap_end(void);
 extern int64 gm_proc_status_bytes(int pid, const char *key);
 extern void gm_proc_vmdata_rss(int pid, int64 *vmdata, int64 *rss);
-
-/* A process's stack as its status last gave it (gm_proc_vmdata_rss_quick); pid 0: none. */
-typedef struct GmStackRead
-{
-	int			pid;
-	int64		stack;
-	int64		read_at;		/* gm_monotonic_usec */
-} GmStackRead;
-extern void gm_proc_vmdata_rss_quick(int pid, GmStackRead *cache, int64 *vmdata, int64 *rss);
 extern void gm_proc_vmsize_peak(int64 *size, int64 *peak);
 extern int64 gm_proc_statm_data_bytes(void);
 extern int64 gm_proc_statm_self(int64 *rss_anon);
@@ -448,7 +439,7 @@ typedef struct GmWaitLook
 	GmReservedWait wait;		/* what it waits for */
 	bool		returns;		/* the monitor's decision: it goes back */
 } GmWaitLook;
-extern int	gm_shmem_wait_note_look(GmWaitLook *looks, GmStackRead *stacks);
+extern int	gm_shmem_wait_note_look(GmWaitLook *looks);
 extern void gm_shmem_wait_publish(int64 room, int64 ceiling, const GmWaitLook *looks, int n);
 extern int64 gm_shmem_wait_note_base(void);
 extern void gm_shmem_wait_set_base(int64 vm, int64 rss);
@@ -653,11 +644,8 @@ typedef struct GmExecCheck
 	int64		last_share;		/* what it took then */
 	int64		read_at;		/* its last read of /proc/self/statm (gm_monotonic_usec) */
 	uint32		tried_looks;	/* the monitor's look when it last asked */
-	int64		want;			/* the limit its last ask wants; -1: none or served */
-	int64		stalled_usec;	/* paused again for a look that had not come */
-	int64		lock_checked_at;	/* whether it blocks others, when last checked */
 } GmExecCheck;
-#define GM_EXEC_CHECK_INIT	{-1, -1, 0, 0, 0, -1, 0, 0}
+#define GM_EXEC_CHECK_INIT	{-1, -1, 0, 0, 0}
 extern bool gm_guard_executor_check(GmExecCheck *check);
 extern bool gm_guard_take_start_share(void);
 extern bool gm_guard_holds_start_share(void);

@@ -89,16 +89,6 @@
 #define GM_EXEC_GROW_MARGIN		(8 * 1024 * 1024)
 #define GM_EXEC_READ_USEC		2000
 
-/*
- * A running statement that took more and is still near its limit with no
- * look of the monitor since (it is starved of CPU, or stopped) pauses
- * again, at most this long in all: the monitor looks every 50 ms while
- * engaged.  With the first pause (GM_GUARD_START_WAIT_MS), below the 2 s
- * that a reservation that does not grow is kept (GM_RESERVED_STILL_USEC,
- * shmem.c): the look after a longer stop would return what it took.
- */
-#define GM_EXEC_STALL_MS		1500
-
 /* A waiter looks again at least this often (the monitor looks every 50 ms). */
 #define GM_WAIT_POLL_MS			50
 
@@ -136,17 +126,6 @@ static inline int
 wait_ms(void)
 {
 	return Min(memory_wait, max_memory_wait);
-}
-
-/*
- * How long a running statement pauses again in all for a look that does
- * not come (gm_guard_executor_check): GM_EXEC_STALL_MS, at most the
- * memory_wait in force (0: it does not pause again).
- */
-static inline int64
-stall_usec(void)
-{
-	return (int64) Min(GM_EXEC_STALL_MS, wait_ms()) * 1000;
 }
 
 /* This process's statement is queued or admitted, or about to be (gm_shmem_wait_leave due). */
@@ -820,15 +799,14 @@ admission_taken(int64 now, int64 *room, int *held)
  * (at most GM_GUARD_START_WAIT_MS, not for memory) until the guard's limit
  * covers it.  None left, or the guard not engaged: nothing, it runs as
  * before, served by its growth.  Returns whether it holds one.  One read
- * of /proc/self/statm, only while engaged and a share is left for it, and
- * the share claimed without the lock while none waits
- * (gm_shmem_wait_claim), else under it.
+ * of /proc/self/statm, only while engaged, and the share claimed without
+ * the lock while none waits (gm_shmem_wait_claim), else under it.
  */
 bool
 gm_guard_take_start_share(void)
 {
-	int64		vm = -1;
-	int64		rss = -1;
+	int64		vm;
+	int64		rss;
 	int64		now;
 	int64		room;
 	int64		taken;
@@ -842,15 +820,15 @@ gm_guard_take_start_share(void)
 	if (!gm_shmem_guard_engaged())
 		return false;
 	admit_prepare();
+	vm = gm_proc_statm_self(&rss);
+	if (vm < 0)
+		return false;
 	now = gm_monotonic_usec();
 	/*
 	 * While none waits and no one holds the lock: its share claimed
-	 * without it, and what the process maps read only when there is one
-	 * (a read of /proc/self/statm is most of what a short statement's
-	 * start costs here).  Shares that race read the same count of
-	 * holders, so each may be a little more than its turn under the lock
-	 * would give; together within the room all the same
-	 * (gm_shmem_wait_claim).
+	 * without it.  Shares that race read the same count of holders, so
+	 * each may be a little more than its turn under the lock would give;
+	 * together within the room all the same (gm_shmem_wait_claim).
 	 */
 	if (gm_shmem_wait_read_budget(&b))
 	{
@@ -858,15 +836,10 @@ gm_guard_take_start_share(void)
 		taken = b.taken;
 		held = b.held;
 		share = gm_guard_start_share(room, taken, held);
-		if (share > 0 && (vm = gm_proc_statm_self(&rss)) < 0)
-			return false;
 		if (share > 0)
 			wait_entered = true;
 		lockless = share == 0 || gm_shmem_wait_claim(&b, share, false, vm, rss, now);
 	}
-	/* (read before the lock, not under it) */
-	if (!lockless && vm < 0 && (vm = gm_proc_statm_self(&rss)) < 0)
-		return false;
 	if (!lockless)
 	{
 		gm_shmem_wait_lock();
@@ -905,9 +878,7 @@ gm_guard_take_start_share(void)
  * GM_GUARD_START_WAIT_MS, as a wait for memory) until the guard's limit
  * covers it: its executor pauses at the limit instead of failing on it
  * between two of the monitor's looks.  A grant's own limit grows with it.
- * At most once per look; none left: it goes on.  Near its limit again
- * with what it took not in its limit and fewer than two looks since, it
- * pauses again, up to stall_usec in all.  Not where the cap
+ * At most once per look; none left: it goes on.  Not where the cap
  * (max_backend_memory) or the original limit is the lower: the guard
  * cannot raise those.  Returns whether it took more (the executor's end
  * ends the reservation).  Flag and clock reads; a /proc read at most every
@@ -926,28 +897,11 @@ gm_guard_executor_check(GmExecCheck *check)
 	int64		share;
 	int			held;
 	uint32		looks0;
-	bool		unserved;
 
-	if (!gm_shmem_guard_engaged())
-		return false;
-	looks0 = gm_shmem_wait_looks();
-	if (looks0 == check->tried_looks && check->want < 0)
+	if (!gm_shmem_guard_engaged() || (looks0 = gm_shmem_wait_looks()) == check->tried_looks)
 		return false;
 	movable = Min(gm_shmem_my_guard_limit(), grant_limit);
 	if (movable == GM_NO_LIMIT || Min(own_limit, orig_soft >= 0 ? orig_soft : GM_NO_LIMIT) <= movable)
-		return false;
-	/* Served: what it last asked for is in its limit. */
-	if (check->want >= 0 && movable >= (check->want & ~(int64) 1))
-		check->want = -1;
-
-	/*
-	 * Unserved: asked, and fewer than two looks since (one may have read
-	 * the slots before the ask).  Then it pauses again near its limit,
-	 * while the stall allows; else at most one ask per look.
-	 */
-	unserved = check->want >= 0 && (uint32) (looks0 - check->tried_looks) < 2;
-	if (unserved ? check->stalled_usec + (int64) GM_GUARD_START_WAIT_MS * 1000 > stall_usec()
-		: looks0 == check->tried_looks)
 		return false;
 	now = gm_monotonic_usec();
 	if (now >= check->read_at && now - check->read_at < GM_EXEC_READ_USEC)
@@ -958,34 +912,6 @@ gm_guard_executor_check(GmExecCheck *check)
 	if (check->start_vm < 0)
 		check->start_vm = vm;
 	margin = Max(GM_EXEC_GROW_MARGIN, (vm - check->start_vm) / 2);
-
-	/*
-	 * What it took is not in its limit yet, and the monitor has not looked
-	 * since (starved of CPU, or stopped): near its limit, it pauses for
-	 * the look again rather than run into the limit, up to stall_usec in
-	 * all; not while another backend waits for a lock it holds (checked
-	 * at most every GM_WAIT_LOCK_CHECK_USEC).  Then it goes on as before.
-	 */
-	if (unserved)
-	{
-		if (movable - vm > margin)
-			return false;
-		if (now - check->lock_checked_at >= GM_WAIT_LOCK_CHECK_USEC || now < check->lock_checked_at)
-		{
-			check->lock_checked_at = now;
-			if (blocks_others())
-			{
-				check->stalled_usec = stall_usec();
-				return false;
-			}
-		}
-		wait_for_reserved_limit(check->want, looks0, gm_memory_wait_event());
-		check->stalled_usec += Max(gm_monotonic_usec() - now, 0);
-		elog(DEBUG2, "glibc_malloc executor share: paused again at " INT64_FORMAT " of limit " INT64_FORMAT " for " INT64_FORMAT ": no look since it asked",
-			 vm, movable, check->want);
-		return false;
-	}
-
 	if (movable - vm > margin ||
 		(check->last_vm >= 0 && vm < check->last_vm + check->last_share / 2))
 		return false;
@@ -1017,14 +943,11 @@ gm_guard_executor_check(GmExecCheck *check)
 	elog(DEBUG2, "glibc_malloc executor share: " INT64_FORMAT " at " INT64_FORMAT " of limit " INT64_FORMAT " room " INT64_FORMAT " taken " INT64_FORMAT " held %d%s",
 		 share, vm, movable, room, taken, held, IsParallelWorker() ? " (a parallel worker)" : "");
 	gm_shmem_wait_count(GM_WAIT_EXEC_ASKS, 1);
-	/* (what an earlier ask wanted was not served whole: a look came since) */
-	check->want = -1;
 	if (share == 0)
 		return false;
 	gm_shmem_wait_count(GM_WAIT_EXEC_SHARES, 1);
 	check->last_vm = vm;
 	check->last_share = share;
-	check->want = vm + share;
 	if (grant_limit != GM_NO_LIMIT)
 		set_limits();
 	wait_for_reserved_limit(vm + share, looks0, gm_memory_wait_event());

@@ -146,7 +146,7 @@ typedef struct GmGuarded
 	int64		ref_at;			/* monotonic */
 	int64		growth;			/* over the last window; GM_GROWTH_UNKNOWN */
 	uint32		starts;			/* the slot's statement starts seen */
-	/* the last reading of the process, reused while it idles */
+	/* the last reading of /proc/PID/status, reused while it idles */
 	int			read_pid;		/* 0 = none */
 	int64		read_at;		/* monotonic */
 	int64		read_vmdata;
@@ -189,7 +189,6 @@ static int	guard_nguarded = 0;	/* guarded processes in the last snapshots */
 static bool guard_observed = false; /* the last look was in observe */
 static uint64 guard_looks = 0;	/* measured looks, numbered */
 static GmWaitLook *wait_looks = NULL;	/* admitted statements read this tick */
-static GmStackRead *stack_reads = NULL; /* each slot's process's stack, for its statm */
 static int	nlooks = 0;
 static int64 guard_last_log = 0;	/* monotonic */
 static int	guard_quiet_rounds = 0;	/* tightening rounds not logged yet */
@@ -539,8 +538,7 @@ guard_measure(const GmLimits *l, const GmSnapshot *snaps, int n, bool observe, i
 		prev_vm = g->read_pid == s->pid ? g->read_vmdata : -1;
 
 		/*
-		 * Reading the process (gm_proc_vmdata_rss_quick: its statm, and its
-		 * status once a second) is most of a look's cost: read it again
+		 * /proc/PID/status (one read) is most of a look's cost: read it again
 		 * only for a process that may have changed.  One that the last look
 		 * counted as idle, with its limit set (a statement that starts in
 		 * it counts in its slot's starts), no start since, still waiting for
@@ -560,8 +558,8 @@ guard_measure(const GmLimits *l, const GmSnapshot *snaps, int n, bool observe, i
 		{
 			int64		rss;
 
-			/* Both in one reading. */
-			gm_proc_vmdata_rss_quick(s->pid, &stack_reads[s->slot], &vm, &rss);
+			/* Both in one read of its status. */
+			gm_proc_vmdata_rss(s->pid, &vm, &rss);
 			if (vm < 0)
 				continue;
 
@@ -1107,7 +1105,7 @@ monitor_tick(void)
 
 	gm_memsource_detect(monitor_cgroup);
 	/* What the admitted statements grew, read before the usage. */
-	nlooks = gm_shmem_wait_note_look(wait_looks, stack_reads);
+	nlooks = gm_shmem_wait_note_look(wait_looks);
 	for (int k = 0; k < nlooks; k++)
 		wait_looks[k].returns = gm_guard_reservation_returns(wait_looks[k].wait, wait_looks[k].still_usec,
 																		wait_looks[k].grew_usec);
@@ -1341,7 +1339,6 @@ glibc_malloc_monitor_main(Datum arg)
 	guarded = MemoryContextAllocZero(TopMemoryContext, sizeof(GmGuarded) * nslots);
 	cands = MemoryContextAlloc(TopMemoryContext, sizeof(GmGuardProc) * nslots);
 	wait_looks = MemoryContextAlloc(TopMemoryContext, sizeof(GmWaitLook) * nslots);
-	stack_reads = MemoryContextAllocZero(TopMemoryContext, sizeof(GmStackRead) * nslots);
 	for (int i = 0; i < nslots; i++)
 		guarded[i].ref_pid = 0;
 	/* A restarted monitor goes on counting. */

@@ -1791,12 +1791,10 @@ gm_shmem_stalled(int slotno, int pid)
  * looks (room for every slot; returns how many), without the lock: they
  * become the look's, with its room, in gm_shmem_wait_publish.  Growth
  * between this and the usage's reading is in the usage and not in the
- * growth: counted against the room, never as room twice.  stacks: each
- * slot's process's stack as its status last gave it (the monitor's, one
- * per slot, shared with its looks; gm_proc_vmdata_rss_quick).
+ * growth: counted against the room, never as room twice.
  */
 int
-gm_shmem_wait_note_look(GmWaitLook *looks, GmStackRead *stacks)
+gm_shmem_wait_note_look(GmWaitLook *looks)
 {
 	int			n = 0;
 	int			kept = 0;
@@ -1831,8 +1829,7 @@ gm_shmem_wait_note_look(GmWaitLook *looks, GmStackRead *stacks)
 	{
 		GmWaitLook *lk = &looks[k];
 
-		gm_proc_vmdata_rss_quick(lk->pid, stacks != NULL ? &stacks[lk->slot] : NULL,
-								 &lk->vmdata, &lk->gap);
+		gm_proc_vmdata_rss(lk->pid, &lk->vmdata, &lk->gap);
 		if (lk->vmdata < 0 || lk->gap < 0)
 			continue;
 		lk->gap = Max(lk->vmdata - lk->gap, 0);

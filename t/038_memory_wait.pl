@@ -20,8 +20,6 @@
 #    a backend stopped (gdb) between its read of the budget and its claim
 #    while another's big sort is admitted takes its claim back and runs
 #    with a grant: two claims without the lock never pass the room;
-#  - a sleeping admitted statement: the monitor's looks read its VmData
-#    and RssAnon from its statm as its status gives them;
 #  - a query recorded larger than the room, then run small: its need
 #    follows its runs down, and it is admitted again (not run with a grant);
 #  - 0 OOM kills, 0 restarts.
@@ -503,42 +501,6 @@ diag sprintf('the reservation went back %.2f s after the admission was seen', $r
 # Because it sleeps (PgSleep), at a look 250 ms apart, not by the rule for
 # a reservation that has not grown for 2 s.
 cmp_ok($returned_after, '<', 1.9, 'because it sleeps, before the 2 s without growth ran out');
-# The monitor's looks read an admitted statement's process from its
-# /proc/PID/statm, less the stack its status gave at most a second
-# before: while it sleeps, what they read (their DEBUG2 lines, logged
-# between two reads of its status) is its VmData and its VmData less its
-# RssAnon (at least 0) as its status gives them.
-{
-	my @sleeping = $node->safe_psql('postgres', "SELECT pid FROM pg_stat_activity WHERE wait_event = 'PgSleep' AND state = 'active'") =~ /(\d+)/g;
-	is(scalar @sleeping, 1, 'one session sleeps: the admitted query');
-	my $spid = $sleeping[0] // 0;
-	$node->safe_psql('postgres', 'ALTER SYSTEM SET log_min_messages = debug2; SELECT pg_reload_conf()');
-	wait_for_log_text($node, -s $node->logfile, qr/memory wait look: /, 10);
-	my $status = sub {
-		my $st = -e "/proc/$spid/status" ? slurp_file("/proc/$spid/status") : '';
-		my ($vm, $anon) = map { (($st =~ /^$_:\s+(\d+) kB/m)[0] // -1) * 1024 } qw(VmData RssAnon);
-		return "$vm $anon";
-	};
-	my $s0 = $status->();
-	my $offset_read = -s $node->logfile;
-	sleep 2;
-	my $s1 = $status->();
-	$node->safe_psql('postgres', 'ALTER SYSTEM RESET log_min_messages; SELECT pg_reload_conf()');
-	my ($vm, $anon) = split / /, $s1;
-	my $log = slurp_file($node->logfile, $offset_read);
-	my @seen;
-	push @seen, "$1 $2" while $log =~ /memory wait look: [^\n]* pid $spid vmdata (\d+) gap \(whole process\) (\d+)/g;
-	diag sprintf('the sleeping query (pid %d): VmData %d, RssAnon %d in its status (before: %s); the monitor\'s looks read (VmData, VmData less RssAnon): %s',
-		$spid, $vm, $anon, $s0, join(', ', @seen));
-	cmp_ok(scalar @seen, '>=', 3, 'the monitor looked at the sleeping query 3 times or more in 2 s (its DEBUG2 lines)');
-	SKIP:
-	{
-		skip 'its VmData or RssAnon changed while it slept', 1 if $s0 ne $s1;
-		# (its RssAnon counts its stack, which VmData does not: the gap may be 0)
-		is(join(', ', grep { $_ ne sprintf('%d %d', $vm, $vm > $anon ? $vm - $anon : 0) } @seen), '',
-			'each look read its VmData, and its VmData less its RssAnon, as its status gives them');
-	}
-}
 $before = guard();
 $r = finish_query(start_query($big, "SET work_mem = '1GB'", "SET glibc_malloc.memory_wait = '0'"));
 like($r->{out}, qr/^$big_rows$/m, 'the big sort completes beside the sleeping query');
