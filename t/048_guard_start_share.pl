@@ -36,7 +36,10 @@
 #    a query's does, and takes more as it grows (without it, no line);
 #  - a sort that began while the guard was calm (it waits at its first
 #    row while the usage goes into the engaged band) is checked as it
-#    runs once the guard engages: it takes more and completes;
+#    runs once the guard engages, with the monitor stopped (SIGSTOP) for
+#    its first second: it takes more, and near its limit with no look
+#    since it asked pauses again rather than run into it, and completes
+#    (without that, "out of memory" after its one pause of 250 ms);
 #  - with the other sessions idle none holds a share (a new statement's
 #    DEBUG2 line), and a new statement's share is claimed without the
 #    admission's lock; SELECT 1 runs, no admission is counted, 0 OOM
@@ -74,7 +77,8 @@ my $tries = 5;
 my $kills_before = cgroup_v1_oom_kills($cg);
 my @fillers;
 my @sleeping;
-END { local $?; $_->kill_kill for @fillers; eval { $_->{h}->kill_kill } for @sleeping }
+my $monitor_stopped;
+END { local $?; kill 'CONT', $monitor_stopped if $monitor_stopped; $_->kill_kill for @fillers; eval { $_->{h}->kill_kill } for @sleeping }
 
 my $node = new_node('startshare', "restart_after_crash = on\nshared_buffers = 16MB\nmax_connections = 60\n"
 	  . "glibc_malloc.track_statements = none\n", no_start => 1);
@@ -121,14 +125,30 @@ for my $try (1 .. 20)
 ok(wait_for(sub { guard()->[0] eq 't' }, 10), 'the guard is engaged');
 diag sprintf('headroom %.0f MB', headroom() / $MB);
 is($node->safe_psql('postgres', $at_first_row), '1', 'the sort that began calm still waits at its first row as the guard engages');
+# The monitor stopped (SIGSTOP; between two looks, as it sleeps) as the
+# sort goes on: its looks would otherwise raise the sort's limit ahead
+# of it on a fast machine, and the check would not be needed.  Without
+# them the sort comes near its limit, takes more and pauses for a look
+# (its wait event), and again (its DEBUG2 line): the monitor goes on then.
+my ($monitor) = $node->safe_psql('postgres', 'SELECT pid FROM glibc_malloc_monitor') =~ /(\d+)/;
+my $state = sub { ((slurp_file("/proc/$monitor/stat") =~ /\)\s+(\S)/)[0]) // '?' };
+ok(wait_for(sub { $state->() eq 'S' }, 10), 'the monitor sleeps between two looks');
+kill 'STOP', $monitor;
+$monitor_stopped = $monitor;
 $gate->query_safe('SELECT pg_advisory_unlock(4242)');
+my $paused = wait_for(sub { eval { $calm->{h}->pump_nb; 1 }; $calm->{err} =~ /glibc_malloc executor share: paused again/ || !$calm->{h}->pumpable }, 20);
+kill 'CONT', $monitor;
+$monitor_stopped = undef;
+ok($paused && $calm->{err} =~ /paused again/, 'with the monitor stopped, the sort that began calm pauses for a look, and again (its DEBUG2 lines)');
 $calm = GlibcMallocTest::finish_query($calm);
 $gate->quit;
 my $calm_took = () = $calm->{err} =~ /glibc_malloc executor share: [1-9]/g;
-diag sprintf('the sort that began calm: %s in %.1f s, took more %d times as it ran%s', $calm->{out} =~ /^800000$/m ? 'completed' : 'failed',
-	$calm->{secs}, $calm_took, $calm->{err} =~ /(ERROR: .*)/ ? ": $1" : '');
-like($calm->{out}, qr/^800000$/m, 'a sort of about 100 MB that began while the guard was calm completes with the guard engaged');
+my $calm_paused = () = $calm->{err} =~ /glibc_malloc executor share: paused again/g;
+diag sprintf('the sort that began calm: %s in %.1f s, took more %d times as it ran, paused again %d times for a look%s', $calm->{out} =~ /^800000$/m ? 'completed' : 'failed',
+	$calm->{secs}, $calm_took, $calm_paused, $calm->{err} =~ /(ERROR: .*\n.*)/ ? ": $1" : '');
+like($calm->{out}, qr/^800000$/m, 'a sort of about 100 MB that began while the guard was calm completes with the guard engaged, the monitor stopped for a second');
 cmp_ok($calm_took, '>=', 1, 'it took more from the budget as it ran, once the guard engaged (its DEBUG2 lines)');
+cmp_ok($calm_paused, '>=', 1, 'and near its limit, with no look since it asked, paused again rather than run into it');
 my $g0 = guard_counts($node);
 
 # A loop that maps nothing: the kernel's limit for its backend, above its
