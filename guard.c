@@ -63,6 +63,7 @@
 #include <limits.h>
 
 #include "access/parallel.h"
+#include "access/xact.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
@@ -95,7 +96,8 @@
  * again, at most this long in all: the monitor looks every 50 ms while
  * engaged.  With the first pause (GM_GUARD_START_WAIT_MS), below the 2 s
  * that a reservation that does not grow is kept (GM_RESERVED_STILL_USEC,
- * shmem.c): the look after a longer stop would return what it took.
+ * guard_policy.c): the look after a longer stop would return what it
+ * took.
  */
 #define GM_EXEC_STALL_MS		1500
 
@@ -507,18 +509,15 @@ wait_at_exit(int code, Datum arg)
 }
 
 /*
- * Whether another backend waits for a lock this one (its parallel group)
- * holds: a scan of the wait events (no lock), and PostgreSQL's
- * pg_blocking_pids for those that wait for a heavyweight lock.
+ * Whether another backend waits for a lock this one holds: a scan of the
+ * wait events (no lock), and PostgreSQL's pg_blocking_pids for those that
+ * wait for a heavyweight lock.
  */
 static bool
 blocks_others(void)
 {
 	bool		blocks = false;
 	MemoryContext old;
-	/* (pg_blocking_pids names a parallel group by its leader's pid) */
-	PGPROC	   *leader = MyProc != NULL ? MyProc->lockGroupLeader : NULL;
-	int			me = leader != NULL ? leader->pid : MyProcPid;
 
 	if (wait_cxt == NULL)
 		wait_cxt = AllocSetContextCreate(TopMemoryContext, "glibc_malloc memory wait",
@@ -532,19 +531,39 @@ blocks_others(void)
 		int32	   *pids;
 		int			n;
 
-		if (pid == 0 || proc == MyProc || (leader != NULL && proc->lockGroupLeader == leader) ||
+		if (pid == 0 || proc == MyProc ||
 			(proc->wait_event_info & 0xFF000000) != PG_WAIT_LOCK)
 			continue;
 		arr = DatumGetArrayTypeP(DirectFunctionCall1(pg_blocking_pids, Int32GetDatum(pid)));
 		n = ArrayGetNItems(ARR_NDIM(arr), ARR_DIMS(arr));
 		pids = (int32 *) ARR_DATA_PTR(arr);
 		for (int k = 0; k < n; k++)
-			if (pids[k] == me)
+			if (pids[k] == MyProcPid)
 				blocks = true;
 	}
 	MemoryContextSwitchTo(old);
 	MemoryContextReset(wait_cxt);
 	return blocks;
+}
+
+/*
+ * Whether another process waits for a buffer pin (VACUUM for a cleanup
+ * lock, a standby's replay): a scan of the wait events, no lock.  The
+ * pin may be this backend's, whose plan holds its scans' pins as it
+ * pauses.
+ */
+static bool
+others_wait_for_pin(void)
+{
+	for (uint32 i = 0; i < ProcGlobal->allProcCount; i++)
+	{
+		PGPROC	   *proc = &ProcGlobal->allProcs[i];
+
+		if (proc != MyProc && proc->pid != 0 &&
+			(proc->wait_event_info & 0xFF000000) == GM_WAIT_BUFFER_PIN)
+			return true;
+	}
+	return false;
 }
 
 /*
@@ -903,8 +922,9 @@ gm_guard_take_start_share(void)
  * covers it: its executor pauses at the limit instead of failing on it
  * between two of the monitor's looks.  A grant's own limit grows with it.
  * At most once per look; none left: it goes on.  Near its limit again
- * with what it took not in its limit and fewer than two looks since, it
- * pauses again, up to stall_usec in all.  Not where the cap
+ * with what it took not in its limit and no look since it asked, it
+ * pauses again, up to stall_usec in all (not in a parallel query).  Not
+ * where the cap
  * (max_backend_memory) or the original limit is the lower: the guard
  * cannot raise those.  Returns whether it took more (the executor's end
  * ends the reservation).  Flag and clock reads; a /proc read at most every
@@ -939,12 +959,12 @@ gm_guard_executor_check(GmExecCheck *check)
 		check->want = -1;
 
 	/*
-	 * Unserved: asked, and no look since, in a backend (a parallel worker
-	 * that pauses holds its group at a barrier: it goes on as before).
-	 * Then it pauses again near its limit, while the stall allows; else
-	 * at most one ask per look.
+	 * Unserved: asked, and no look since, outside a parallel query (a
+	 * worker or a leader taking part that pauses holds its group at a
+	 * barrier: they go on as before).  Then it pauses again near its
+	 * limit, while the stall allows; else at most one ask per look.
 	 */
-	unserved = check->want >= 0 && looks0 == check->tried_looks && !IsParallelWorker();
+	unserved = check->want >= 0 && looks0 == check->tried_looks && !IsInParallelMode();
 	if (unserved ? check->stalled_usec + (int64) GM_GUARD_START_WAIT_MS * 1000 > stall_usec()
 		: looks0 == check->tried_looks)
 		return false;
@@ -962,8 +982,9 @@ gm_guard_executor_check(GmExecCheck *check)
 	 * What it took is not in its limit yet, and the monitor has not looked
 	 * since (starved of CPU, or stopped): near its limit, it pauses for
 	 * the look again rather than run into the limit, up to stall_usec in
-	 * all; no more once another backend waits for a lock it (its parallel
-	 * group) holds (checked before a pause, at most every
+	 * all; no more once another process waits for a buffer pin (its
+	 * scans hold theirs: checked before each pause) or for a lock it
+	 * holds (checked before a pause, at most every
 	 * GM_WAIT_LOCK_CHECK_USEC: pg_blocking_pids of each lock waiter).
 	 * Then it goes on as before.
 	 */
@@ -971,6 +992,11 @@ gm_guard_executor_check(GmExecCheck *check)
 	{
 		if (movable - vm > margin)
 			return false;
+		if (others_wait_for_pin())
+		{
+			check->stalled_usec = stall_usec();
+			return false;
+		}
 		if (now - check->lock_checked_at >= GM_WAIT_LOCK_CHECK_USEC || now < check->lock_checked_at)
 		{
 			check->lock_checked_at = now;
