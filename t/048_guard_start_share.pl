@@ -40,6 +40,9 @@
 #    until it pauses again: it takes more, and near its limit with no look
 #    since it asked pauses again rather than run into it, and completes
 #    (without that, "out of memory" after its one pause of 250 ms);
+#  - the same with memory_wait = 0 and the monitor stopped as a sort
+#    starts: it takes more and pauses once, not again, and gets "out of
+#    memory" (without the bound, it would pause again);
 #  - with the other sessions idle none holds a share (a new statement's
 #    DEBUG2 line), and a new statement's share is claimed without the
 #    admission's lock; SELECT 1 runs, no admission is counted, 0 OOM
@@ -157,6 +160,32 @@ diag sprintf('the sort that began calm: %s in %.1f s, took more %d times as it r
 like($calm->{out}, qr/^800000$/m, 'a sort of about 100 MB that began while the guard was calm completes with the guard engaged, the monitor stopped until it paused again');
 cmp_ok($calm_took, '>=', 1, 'it took more from the budget as it ran, once the guard engaged (its DEBUG2 lines)');
 cmp_ok($calm_paused, '>=', 1, 'and near its limit, with no look since it asked, paused again rather than run into it');
+
+# With memory_wait = 0 the user asked not to wait: a sort in a session
+# the monitor limited as idle, the monitor stopped as it starts, takes
+# more and pauses once (at most 250 ms), but not again: it runs into
+# its limit.
+{
+	my $s = $node->background_psql('postgres', on_error_stop => 0);
+	$s->query_safe($_) for ("SET work_mem = '1GB'", 'SET max_parallel_workers_per_gather = 0',
+		'SET glibc_malloc.memory_wait = 0', 'SET client_min_messages = debug2');
+	sleep 1.5;
+	ok(wait_for($sleeps, 10), 'the monitor sleeps in its wait between two looks (memory_wait = 0)');
+	$monitor_stopped = $monitor;
+	kill 'STOP', $monitor;
+	$s->{stderr} = '';
+	my $r = $s->query('SELECT count(*) FROM (SELECT m FROM sortme ORDER BY m) s') // '';
+	kill 'CONT', $monitor;
+	$monitor_stopped = undef;
+	my $took = () = $s->{stderr} =~ /glibc_malloc executor share: [1-9]/g;
+	my $again = () = $s->{stderr} =~ /glibc_malloc executor share: paused again/g;
+	diag sprintf('a sort with memory_wait = 0, the monitor stopped: %s, took more %d times, paused again %d times',
+		$r eq '800000' ? 'completed' : $s->{stderr} =~ /(ERROR: .*)/ ? $1 : 'failed', $took, $again);
+	cmp_ok($took, '>=', 1, 'with memory_wait = 0 and the monitor stopped, a sort took more as it ran');
+	is($again, 0, 'and did not pause again for a look that did not come');
+	like($s->{stderr}, qr/ERROR:  out of memory/, 'it ran into its limit: out of memory');
+	$s->quit;
+}
 my $g0 = guard_counts($node);
 
 # A loop that maps nothing: the kernel's limit for its backend, above its
