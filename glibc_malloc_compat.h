@@ -143,7 +143,7 @@
 #define GM_WAIT_EVENTS_REPORTED() (pgstat_track_activities)
 #endif
 
-/* The class of a wait for a buffer pin: PG 17 alone spells it PG_WAIT_BUFFERPIN. */
+/* The class of a wait for a buffer pin: PG 17 and later spell it PG_WAIT_BUFFERPIN. */
 #ifdef PG_WAIT_BUFFER_PIN
 #define GM_WAIT_BUFFER_PIN PG_WAIT_BUFFER_PIN
 #else

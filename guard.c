@@ -923,7 +923,7 @@ gm_guard_take_start_share(void)
  * between two of the monitor's looks.  A grant's own limit grows with it.
  * At most once per look; none left: it goes on.  Near its limit again
  * with what it took not in its limit and no look since it asked, it
- * pauses again, up to stall_usec in all (not in a parallel query).  Not
+ * pauses again, up to stall_usec in all (not in a parallel plan).  Not
  * where the cap
  * (max_backend_memory) or the original limit is the lower: the guard
  * cannot raise those.  Returns whether it took more (the executor's end
@@ -959,7 +959,7 @@ gm_guard_executor_check(GmExecCheck *check)
 		check->want = -1;
 
 	/*
-	 * Unserved: asked, and no look since, outside a parallel query (a
+	 * Unserved: asked, and no look since, outside a parallel plan (a
 	 * worker or a leader taking part that pauses holds its group at a
 	 * barrier: they go on as before).  Then it pauses again near its
 	 * limit, while the stall allows; else at most one ask per look.

@@ -134,16 +134,24 @@ is($node->safe_psql('postgres', $at_first_row), '1', 'the sort that began calm s
 # them the sort comes near its limit, takes more and pauses for a look
 # (its wait event), and again (its DEBUG2 line): the monitor goes on then.
 my ($monitor) = $node->safe_psql('postgres', 'SELECT pid FROM glibc_malloc_monitor') =~ /(\d+)/;
-# Stopped in its latch wait (epoll, its wchan), not while it waits for a
-# lock (a futex) that the sort would then wait for; where the kernel
-# does not name it, sleeping (its state after the command's last
-# parenthesis).
+# Stopped in its latch wait (epoll, its wchan: do_epoll_wait or
+# ep_poll), not while it waits for a lock (a futex) that the sort would
+# then wait for; where the kernel names none (0, as for a running
+# process, at every read), sleeping (its state after the command's last
+# parenthesis).  (A stopped process's wchan is
+# do_signal_stop: read just before the stop, the monitor could wake in
+# between, a few microseconds in its 50 ms.)
 my $state = sub { ((slurp_file("/proc/$monitor/stat") =~ /.*\)\s+(\S)/s)[0]) // '?' };
+my (%seen, $named);
 my $sleeps = sub {
 	my $w = eval { slurp_file("/proc/$monitor/wchan") } // '';
-	return $w =~ /[a-z]/ ? $w =~ /epoll/ : $state->() eq 'S';
+	my $st = $state->();
+	$named ||= $w =~ /[a-z]/;
+	$seen{$w =~ /[a-z]/ ? $w : "state $st"}++;
+	return $w =~ /[a-z]/ ? scalar($w =~ /e(?:p_)?poll/) : !$named && $st eq 'S';
 };
-ok(wait_for($sleeps, 10), 'the monitor sleeps in its wait between two looks');
+my $seen = sub { join ', ', map { "$_ $seen{$_}" } sort keys %seen };
+ok(wait_for($sleeps, 10), 'the monitor sleeps in its wait between two looks') or diag 'its wchan: ' . $seen->();
 $monitor_stopped = $monitor;
 kill 'STOP', $monitor;
 $gate->query_safe('SELECT pg_advisory_unlock(4242)');
@@ -170,7 +178,11 @@ cmp_ok($calm_paused, '>=', 1, 'and near its limit, with no look since it asked, 
 	$s->query_safe($_) for ("SET work_mem = '1GB'", 'SET max_parallel_workers_per_gather = 0',
 		'SET glibc_malloc.memory_wait = 0', 'SET client_min_messages = debug2');
 	sleep 1.5;
-	ok(wait_for($sleeps, 10), 'the monitor sleeps in its wait between two looks (memory_wait = 0)');
+	wait_for(sub { headroom() >= 115 * $MB }, 10);
+	is(guard()->[0], 't', 'the guard is still engaged (memory_wait = 0)');
+	my ($pid_now) = $node->safe_psql('postgres', 'SELECT pid FROM glibc_malloc_monitor') =~ /(\d+)/;
+	is($pid_now, $monitor, 'the same monitor');
+	ok(wait_for($sleeps, 10), 'the monitor sleeps in its wait between two looks (memory_wait = 0)') or diag 'its wchan: ' . $seen->();
 	$monitor_stopped = $monitor;
 	kill 'STOP', $monitor;
 	$s->{stderr} = '';
