@@ -644,11 +644,8 @@ typedef struct GmExecCheck
 	int64		last_share;		/* what it took then */
 	int64		read_at;		/* its last read of /proc/self/statm (gm_monotonic_usec) */
 	uint32		tried_looks;	/* the monitor's look when it last asked */
-	int64		want;			/* the limit its last ask wants; -1: none or served */
-	int64		stalled_usec;	/* paused again for a look that had not come */
-	int64		lock_checked_at;	/* whether it blocks others, when last checked */
 } GmExecCheck;
-#define GM_EXEC_CHECK_INIT	{-1, -1, 0, 0, 0, -1, 0, 0}
+#define GM_EXEC_CHECK_INIT	{-1, -1, 0, 0, 0}
 extern bool gm_guard_executor_check(GmExecCheck *check);
 extern bool gm_guard_take_start_share(void);
 extern bool gm_guard_holds_start_share(void);

@@ -143,13 +143,6 @@
 #define GM_WAIT_EVENTS_REPORTED() (pgstat_track_activities)
 #endif
 
-/* The class of a wait for a buffer pin: PG 17 and later spell it PG_WAIT_BUFFERPIN. */
-#ifdef PG_WAIT_BUFFER_PIN
-#define GM_WAIT_BUFFER_PIN PG_WAIT_BUFFER_PIN
-#else
-#define GM_WAIT_BUFFER_PIN PG_WAIT_BUFFERPIN
-#endif
-
 /*
  * Materialized set-returning functions: PG 15 has InitMaterializedSRF;
  * older versions build the tuplestore by hand.

@@ -63,7 +63,6 @@
 #include <limits.h>
 
 #include "access/parallel.h"
-#include "access/xact.h"
 #include "miscadmin.h"
 #include "storage/ipc.h"
 #include "storage/latch.h"
@@ -89,17 +88,6 @@
  */
 #define GM_EXEC_GROW_MARGIN		(8 * 1024 * 1024)
 #define GM_EXEC_READ_USEC		2000
-
-/*
- * A running statement that took more and is still near its limit with no
- * look of the monitor since (it is starved of CPU, or stopped) pauses
- * again, at most this long in all: the monitor looks every 50 ms while
- * engaged.  With the first pause (GM_GUARD_START_WAIT_MS), below the 2 s
- * that a reservation that does not grow is kept (GM_RESERVED_STILL_USEC,
- * guard_policy.c): the look after a longer stop would return what it
- * took.
- */
-#define GM_EXEC_STALL_MS		1500
 
 /* A waiter looks again at least this often (the monitor looks every 50 ms). */
 #define GM_WAIT_POLL_MS			50
@@ -138,17 +126,6 @@ static inline int
 wait_ms(void)
 {
 	return Min(memory_wait, max_memory_wait);
-}
-
-/*
- * How long a running statement pauses again in all for a look that does
- * not come (gm_guard_executor_check): GM_EXEC_STALL_MS, at most the
- * memory_wait in force (0: it does not pause again).
- */
-static inline int64
-stall_usec(void)
-{
-	return (int64) Min(GM_EXEC_STALL_MS, wait_ms()) * 1000;
 }
 
 /* This process's statement is queued or admitted, or about to be (gm_shmem_wait_leave due). */
@@ -547,26 +524,6 @@ blocks_others(void)
 }
 
 /*
- * Whether another process waits for a buffer pin (VACUUM for a cleanup
- * lock, a standby's replay): a scan of the wait events, no lock.  The
- * pin may be this backend's, whose plan holds its scans' pins as it
- * pauses.
- */
-static bool
-others_wait_for_pin(void)
-{
-	for (uint32 i = 0; i < ProcGlobal->allProcCount; i++)
-	{
-		PGPROC	   *proc = &ProcGlobal->allProcs[i];
-
-		if (proc != MyProc && proc->pid != 0 &&
-			(proc->wait_event_info & 0xFF000000) == GM_WAIT_BUFFER_PIN)
-			return true;
-	}
-	return false;
-}
-
-/*
  * Whether a top-level statement's mapped peak is worth measuring (two
  * reads of /proc/self/status): one not recorded yet (exec_peak -1), or one
  * large enough to take part in the admission.
@@ -921,15 +878,11 @@ gm_guard_take_start_share(void)
  * GM_GUARD_START_WAIT_MS, as a wait for memory) until the guard's limit
  * covers it: its executor pauses at the limit instead of failing on it
  * between two of the monitor's looks.  A grant's own limit grows with it.
- * At most once per look; none left: it goes on.  Near its limit again
- * with what it took not in its limit and no look since it asked, it
- * pauses again, up to stall_usec in all (not in a parallel plan).  Not
- * where the cap
+ * At most once per look; none left: it goes on.  Not where the cap
  * (max_backend_memory) or the original limit is the lower: the guard
  * cannot raise those.  Returns whether it took more (the executor's end
  * ends the reservation).  Flag and clock reads; a /proc read at most every
- * GM_EXEC_READ_USEC; the lock only near the limit; pausing again, a scan
- * of the lock waiters at most once a second.
+ * GM_EXEC_READ_USEC; the lock only near the limit.
  */
 bool
 gm_guard_executor_check(GmExecCheck *check)
@@ -944,29 +897,11 @@ gm_guard_executor_check(GmExecCheck *check)
 	int64		share;
 	int			held;
 	uint32		looks0;
-	bool		unserved;
 
-	if (!gm_shmem_guard_engaged())
-		return false;
-	looks0 = gm_shmem_wait_looks();
-	if (looks0 == check->tried_looks && check->want < 0)
+	if (!gm_shmem_guard_engaged() || (looks0 = gm_shmem_wait_looks()) == check->tried_looks)
 		return false;
 	movable = Min(gm_shmem_my_guard_limit(), grant_limit);
 	if (movable == GM_NO_LIMIT || Min(own_limit, orig_soft >= 0 ? orig_soft : GM_NO_LIMIT) <= movable)
-		return false;
-	/* Served: what it last asked for is in its limit. */
-	if (check->want >= 0 && movable >= (check->want & ~(int64) 1))
-		check->want = -1;
-
-	/*
-	 * Unserved: asked, and no look since, outside a parallel plan (a
-	 * worker or a leader taking part that pauses holds its group at a
-	 * barrier: they go on as before).  Then it pauses again near its
-	 * limit, while the stall allows; else at most one ask per look.
-	 */
-	unserved = check->want >= 0 && looks0 == check->tried_looks && !IsInParallelMode();
-	if (unserved ? check->stalled_usec + (int64) GM_GUARD_START_WAIT_MS * 1000 > stall_usec()
-		: looks0 == check->tried_looks)
 		return false;
 	now = gm_monotonic_usec();
 	if (now >= check->read_at && now - check->read_at < GM_EXEC_READ_USEC)
@@ -977,42 +912,6 @@ gm_guard_executor_check(GmExecCheck *check)
 	if (check->start_vm < 0)
 		check->start_vm = vm;
 	margin = Max(GM_EXEC_GROW_MARGIN, (vm - check->start_vm) / 2);
-
-	/*
-	 * What it took is not in its limit yet, and the monitor has not looked
-	 * since (starved of CPU, or stopped): near its limit, it pauses for
-	 * the look again rather than run into the limit, up to stall_usec in
-	 * all; no more once another process waits for a buffer pin (its
-	 * scans hold theirs: checked before each pause) or for a lock it
-	 * holds (checked before a pause, at most every
-	 * GM_WAIT_LOCK_CHECK_USEC: pg_blocking_pids of each lock waiter).
-	 * Then it goes on as before.
-	 */
-	if (unserved)
-	{
-		if (movable - vm > margin)
-			return false;
-		if (others_wait_for_pin())
-		{
-			check->stalled_usec = stall_usec();
-			return false;
-		}
-		if (now - check->lock_checked_at >= GM_WAIT_LOCK_CHECK_USEC || now < check->lock_checked_at)
-		{
-			check->lock_checked_at = now;
-			if (blocks_others())
-			{
-				check->stalled_usec = stall_usec();
-				return false;
-			}
-		}
-		wait_for_reserved_limit(check->want, check->tried_looks, gm_memory_wait_event());
-		check->stalled_usec += Max(gm_monotonic_usec() - now, 0);
-		elog(DEBUG2, "glibc_malloc executor share: paused again at " INT64_FORMAT " of limit " INT64_FORMAT " for " INT64_FORMAT ": no look since it asked",
-			 vm, movable, check->want);
-		return false;
-	}
-
 	if (movable - vm > margin ||
 		(check->last_vm >= 0 && vm < check->last_vm + check->last_share / 2))
 		return false;
@@ -1044,14 +943,11 @@ gm_guard_executor_check(GmExecCheck *check)
 	elog(DEBUG2, "glibc_malloc executor share: " INT64_FORMAT " at " INT64_FORMAT " of limit " INT64_FORMAT " room " INT64_FORMAT " taken " INT64_FORMAT " held %d%s",
 		 share, vm, movable, room, taken, held, IsParallelWorker() ? " (a parallel worker)" : "");
 	gm_shmem_wait_count(GM_WAIT_EXEC_ASKS, 1);
-	/* (what an earlier ask wanted was not served whole: a look came since) */
-	check->want = -1;
 	if (share == 0)
 		return false;
 	gm_shmem_wait_count(GM_WAIT_EXEC_SHARES, 1);
 	check->last_vm = vm;
 	check->last_share = share;
-	check->want = vm + share;
 	if (grant_limit != GM_NO_LIMIT)
 		set_limits();
 	wait_for_reserved_limit(vm + share, looks0, gm_memory_wait_event());

@@ -36,13 +36,7 @@
 #    a query's does, and takes more as it grows (without it, no line);
 #  - a sort that began while the guard was calm (it waits at its first
 #    row while the usage goes into the engaged band) is checked as it
-#    runs once the guard engages, with the monitor stopped (SIGSTOP)
-#    until it pauses again: it takes more, and near its limit with no look
-#    since it asked pauses again rather than run into it, and completes
-#    (without that, "out of memory" after its one pause of 250 ms);
-#  - the same with memory_wait = 0 and the monitor stopped as a sort
-#    starts: it takes more and pauses once, not again, and gets "out of
-#    memory" (without the bound, it would pause again);
+#    runs once the guard engages: it takes more and completes;
 #  - with the other sessions idle none holds a share (a new statement's
 #    DEBUG2 line), and a new statement's share is claimed without the
 #    admission's lock; SELECT 1 runs, no admission is counted, 0 OOM
@@ -80,8 +74,7 @@ my $tries = 5;
 my $kills_before = cgroup_v1_oom_kills($cg);
 my @fillers;
 my @sleeping;
-my $monitor_stopped;
-END { local $?; kill 'CONT', $monitor_stopped if $monitor_stopped; $_->kill_kill for @fillers; eval { $_->{h}->kill_kill } for @sleeping }
+END { local $?; $_->kill_kill for @fillers; eval { $_->{h}->kill_kill } for @sleeping }
 
 my $node = new_node('startshare', "restart_after_crash = on\nshared_buffers = 16MB\nmax_connections = 60\n"
 	  . "glibc_malloc.track_statements = none\n", no_start => 1);
@@ -128,76 +121,14 @@ for my $try (1 .. 20)
 ok(wait_for(sub { guard()->[0] eq 't' }, 10), 'the guard is engaged');
 diag sprintf('headroom %.0f MB', headroom() / $MB);
 is($node->safe_psql('postgres', $at_first_row), '1', 'the sort that began calm still waits at its first row as the guard engages');
-# The monitor stopped (SIGSTOP; between two looks, as it sleeps) as the
-# sort goes on: its looks would otherwise raise the sort's limit ahead
-# of it on a fast machine, and the check would not be needed.  Without
-# them the sort comes near its limit, takes more and pauses for a look
-# (its wait event), and again (its DEBUG2 line): the monitor goes on then.
-my ($monitor) = $node->safe_psql('postgres', 'SELECT pid FROM glibc_malloc_monitor') =~ /(\d+)/;
-# Stopped in its latch wait (epoll, its wchan: do_epoll_wait or
-# ep_poll), not while it waits for a lock (a futex) that the sort would
-# then wait for; where the kernel names none (0, as for a running
-# process, at every read), sleeping (its state after the command's last
-# parenthesis).  (A stopped process's wchan is
-# do_signal_stop: read just before the stop, the monitor could wake in
-# between, a few microseconds in its 50 ms.)
-my $state = sub { ((slurp_file("/proc/$monitor/stat") =~ /.*\)\s+(\S)/s)[0]) // '?' };
-my (%seen, $named);
-my $sleeps = sub {
-	my $w = eval { slurp_file("/proc/$monitor/wchan") } // '';
-	my $st = $state->();
-	$named ||= $w =~ /[a-z]/;
-	$seen{$w =~ /[a-z]/ ? $w : "state $st"}++;
-	return $w =~ /[a-z]/ ? scalar($w =~ /e(?:p_)?poll/) : !$named && $st eq 'S';
-};
-my $seen = sub { join ', ', map { "$_ $seen{$_}" } sort keys %seen };
-ok(wait_for($sleeps, 10), 'the monitor sleeps in its wait between two looks') or diag 'its wchan: ' . $seen->();
-$monitor_stopped = $monitor;
-kill 'STOP', $monitor;
 $gate->query_safe('SELECT pg_advisory_unlock(4242)');
-my $paused = wait_for(sub { eval { $calm->{h}->pump_nb; 1 }; $calm->{err} =~ /glibc_malloc executor share: paused again/ || !$calm->{h}->pumpable }, 20);
-kill 'CONT', $monitor;
-$monitor_stopped = undef;
-ok($paused && $calm->{err} =~ /paused again/, 'with the monitor stopped, the sort that began calm pauses for a look, and again (its DEBUG2 lines)');
 $calm = GlibcMallocTest::finish_query($calm);
 $gate->quit;
 my $calm_took = () = $calm->{err} =~ /glibc_malloc executor share: [1-9]/g;
-my $calm_paused = () = $calm->{err} =~ /glibc_malloc executor share: paused again/g;
-diag sprintf('the sort that began calm: %s in %.1f s, took more %d times as it ran, paused again %d times for a look%s', $calm->{out} =~ /^800000$/m ? 'completed' : 'failed',
-	$calm->{secs}, $calm_took, $calm_paused, $calm->{err} =~ /(ERROR: .*\n.*)/ ? ": $1" : '');
-like($calm->{out}, qr/^800000$/m, 'a sort of about 100 MB that began while the guard was calm completes with the guard engaged, the monitor stopped until it paused again');
+diag sprintf('the sort that began calm: %s in %.1f s, took more %d times as it ran%s', $calm->{out} =~ /^800000$/m ? 'completed' : 'failed',
+	$calm->{secs}, $calm_took, $calm->{err} =~ /(ERROR: .*)/ ? ": $1" : '');
+like($calm->{out}, qr/^800000$/m, 'a sort of about 100 MB that began while the guard was calm completes with the guard engaged');
 cmp_ok($calm_took, '>=', 1, 'it took more from the budget as it ran, once the guard engaged (its DEBUG2 lines)');
-cmp_ok($calm_paused, '>=', 1, 'and near its limit, with no look since it asked, paused again rather than run into it');
-
-# With memory_wait = 0 the user asked not to wait: a sort in a session
-# the monitor limited as idle, the monitor stopped as it starts, takes
-# more and pauses once (at most 250 ms), but not again: it runs into
-# its limit.
-{
-	my $s = $node->background_psql('postgres', on_error_stop => 0);
-	$s->query_safe($_) for ("SET work_mem = '1GB'", 'SET max_parallel_workers_per_gather = 0',
-		'SET glibc_malloc.memory_wait = 0', 'SET client_min_messages = debug2');
-	sleep 1.5;
-	wait_for(sub { headroom() >= 115 * $MB }, 10);
-	is(guard()->[0], 't', 'the guard is still engaged (memory_wait = 0)');
-	my ($pid_now) = $node->safe_psql('postgres', 'SELECT pid FROM glibc_malloc_monitor') =~ /(\d+)/;
-	is($pid_now, $monitor, 'the same monitor');
-	ok(wait_for($sleeps, 10), 'the monitor sleeps in its wait between two looks (memory_wait = 0)') or diag 'its wchan: ' . $seen->();
-	$monitor_stopped = $monitor;
-	kill 'STOP', $monitor;
-	$s->{stderr} = '';
-	my $r = $s->query('SELECT count(*) FROM (SELECT m FROM sortme ORDER BY m) s') // '';
-	kill 'CONT', $monitor;
-	$monitor_stopped = undef;
-	my $took = () = $s->{stderr} =~ /glibc_malloc executor share: [1-9]/g;
-	my $again = () = $s->{stderr} =~ /glibc_malloc executor share: paused again/g;
-	diag sprintf('a sort with memory_wait = 0, the monitor stopped: %s, took more %d times, paused again %d times',
-		$r eq '800000' ? 'completed' : $s->{stderr} =~ /(ERROR: .*)/ ? $1 : 'failed', $took, $again);
-	cmp_ok($took, '>=', 1, 'with memory_wait = 0 and the monitor stopped, a sort took more as it ran');
-	is($again, 0, 'and did not pause again for a look that did not come');
-	like($s->{stderr}, qr/ERROR:  out of memory/, 'it ran into its limit: out of memory');
-	$s->quit;
-}
 my $g0 = guard_counts($node);
 
 # A loop that maps nothing: the kernel's limit for its backend, above its
