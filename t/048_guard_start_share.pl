@@ -36,7 +36,8 @@
 #    a query's does, and takes more as it grows (without it, no line);
 #  - a sort that began while the guard was calm (it waits at its first
 #    row while the usage goes into the engaged band) is checked as it
-#    runs once the guard engages: it takes more and completes;
+#    runs once the guard engages, the monitor stopped (SIGSTOP) until the
+#    sort takes more: it takes more and completes;
 #  - with the other sessions idle none holds a share (a new statement's
 #    DEBUG2 line), and a new statement's share is claimed without the
 #    admission's lock; SELECT 1 runs, no admission is counted, 0 OOM
@@ -74,7 +75,8 @@ my $tries = 5;
 my $kills_before = cgroup_v1_oom_kills($cg);
 my @fillers;
 my @sleeping;
-END { local $?; $_->kill_kill for @fillers; eval { $_->{h}->kill_kill } for @sleeping }
+my $monitor_stopped;
+END { local $?; kill 'CONT', $monitor_stopped if $monitor_stopped; $_->kill_kill for @fillers; eval { $_->{h}->kill_kill } for @sleeping }
 
 my $node = new_node('startshare', "restart_after_crash = on\nshared_buffers = 16MB\nmax_connections = 60\n"
 	  . "glibc_malloc.track_statements = none\n", no_start => 1);
@@ -87,6 +89,51 @@ ok(wait_for(sub { (guard_counts($node)->[2] || 0) > 0 }, 10), "the monitor read 
 sub guard { [ split /\|/, $node->safe_psql('postgres', 'SELECT engaged, usage_bytes, target_bytes FROM glibc_malloc_guard') ] }
 sub shares { split /\|/, $node->safe_psql('postgres', 'SELECT start_shares, executor_asks, executor_shares FROM glibc_malloc_guard') }
 sub headroom { my $g = guard(); return $g->[2] - $g->[1] }
+
+# What holds the cgroup when the headroom does not come back: its
+# memory.stat, and the processes with the most anonymous memory.
+sub room_report
+{
+	my $stat = eval { slurp_file("$cg/memory.stat") } // '';
+	my %k = $stat =~ /^(total_rss|total_cache|total_shmem|total_mapped_file|total_inactive_file|total_active_file) (\d+)$/mg;
+	my @procs;
+	for my $pid (split /\n/, eval { slurp_file("$cg/cgroup.procs") } // '')
+	{
+		my $st = eval { slurp_file("/proc/$pid/status") } // next;
+		my ($anon) = $st =~ /^RssAnon:\s+(\d+)/m;
+		my $cmd = eval { slurp_file("/proc/$pid/cmdline") } // '';
+		$cmd =~ s/\0/ /g;
+		$cmd =~ s/\s+/ /g;
+		push @procs, [ $anon // 0, $pid, substr($cmd, 0, 60) ];
+	}
+	@procs = sort { $b->[0] <=> $a->[0] } @procs;
+	diag sprintf('headroom %.1f MB; memory.stat (MB): %s; largest RssAnon (MB): %s', headroom() / $MB,
+		join(', ', map { sprintf('%s %.1f', $_ =~ s/^total_//r, $k{$_} / $MB) } sort keys %k),
+		join('; ', map { sprintf('%d %.1f %s', $_->[1], $_->[0] / 1024, $_->[2]) } @procs[0 .. ($#procs < 11 ? $#procs : 11)]));
+}
+
+# The headroom back to at least $want before a statement that needs it:
+# the sessions kept open hold their reserves, and a machine's kernel
+# charges the cgroup more or less for 40 backends, so where the looks do
+# not show $want within a few seconds the other process of the container
+# (the fillers) gives back what is missing and 10 MB more.  Returns what
+# it gave back.
+sub ensure_headroom
+{
+	my ($want) = @_;
+	return 0 if wait_for(sub { headroom() >= $want }, 3);
+	room_report();
+	my $give = $want + 10 * $MB - headroom();
+	my $gave = 0;
+	for my $f (reverse @fillers)
+	{
+		last if $gave >= $give;
+		$gave += filler_free($f, $give - $gave);
+	}
+	wait_for(sub { headroom() >= $want }, 10);
+	diag sprintf('the fillers gave back %.0f MB: headroom %.0f MB', $gave / $MB, headroom() / $MB);
+	return $gave;
+}
 
 # Working statements that do not grow, begun before the others.
 push @sleeping, GlibcMallocTest::start_query($node, 'SELECT pg_sleep(600)') for 1 .. $sleepers;
@@ -121,12 +168,41 @@ for my $try (1 .. 20)
 ok(wait_for(sub { guard()->[0] eq 't' }, 10), 'the guard is engaged');
 diag sprintf('headroom %.0f MB', headroom() / $MB);
 is($node->safe_psql('postgres', $at_first_row), '1', 'the sort that began calm still waits at its first row as the guard engages');
+# The monitor stopped (SIGSTOP) as the sort goes on, until the sort
+# takes more (its DEBUG2 line, as it is sent): its looks would otherwise
+# raise the sort's limit ahead of it on a fast machine, and the check
+# would not be needed.  It goes on (SIGCONT) at once, and its next look
+# covers what the sort took.  Stopped in its latch wait (epoll: its
+# wchan do_epoll_wait or ep_poll), not while it waits for a lock (a
+# futex) that the sort would then wait for; where the kernel names none
+# (0, as for a running process, at every read), sleeping (its state
+# after the command's last parenthesis).
+my ($monitor) = $node->safe_psql('postgres', 'SELECT pid FROM glibc_malloc_monitor') =~ /(\d+)/;
+my $state = sub { ((slurp_file("/proc/$monitor/stat") =~ /.*\)\s+(\S)/s)[0]) // '?' };
+my (%seen, $named);
+my $sleeps = sub {
+	my $w = eval { slurp_file("/proc/$monitor/wchan") } // '';
+	my $st = $state->();
+	$named ||= $w =~ /[a-z]/;
+	$seen{$w =~ /[a-z]/ ? $w : "state $st"}++;
+	return $w =~ /[a-z]/ ? scalar($w =~ /e(?:p_)?poll/) : !$named && $st eq 'S';
+};
+ok(wait_for($sleeps, 10), 'the monitor sleeps in its wait between two looks')
+  or diag 'its wchan: ' . join(', ', map { "$_ $seen{$_}" } sort keys %seen);
+$monitor_stopped = $monitor;
+kill 'STOP', $monitor;
+my $stopped_at = time;
 $gate->query_safe('SELECT pg_advisory_unlock(4242)');
+my $asked = wait_for(sub { eval { $calm->{h}->pump_nb; 1 }; $calm->{err} =~ /glibc_malloc executor share: [1-9]/ || !$calm->{h}->pumpable }, 20);
+kill 'CONT', $monitor;
+$monitor_stopped = undef;
+my $stopped_for = time - $stopped_at;
 $calm = GlibcMallocTest::finish_query($calm);
 $gate->quit;
 my $calm_took = () = $calm->{err} =~ /glibc_malloc executor share: [1-9]/g;
-diag sprintf('the sort that began calm: %s in %.1f s, took more %d times as it ran%s', $calm->{out} =~ /^800000$/m ? 'completed' : 'failed',
-	$calm->{secs}, $calm_took, $calm->{err} =~ /(ERROR: .*)/ ? ": $1" : '');
+diag sprintf('the sort that began calm: %s in %.1f s, took more %d times as it ran, the monitor stopped %.2f s until %s%s',
+	$calm->{out} =~ /^800000$/m ? 'completed' : 'failed', $calm->{secs}, $calm_took, $stopped_for,
+	$asked && $calm->{err} =~ /executor share: [1-9]/ ? 'it took more' : 'it ended or 20 s passed', $calm->{err} =~ /(ERROR: .*)/ ? ": $1" : '');
 like($calm->{out}, qr/^800000$/m, 'a sort of about 100 MB that began while the guard was calm completes with the guard engaged');
 cmp_ok($calm_took, '>=', 1, 'it took more from the budget as it ran, once the guard engaged (its DEBUG2 lines)');
 my $g0 = guard_counts($node);
@@ -181,7 +257,7 @@ for my $form ('in the executor', 'in the planner')
 	sleep 1;
 	for my $s (@idle)
 	{
-		wait_for(sub { headroom() >= 130 * $MB }, 10);
+		ensure_headroom(130 * $MB);
 		my $r = $s->query($sql) // '';
 		if ($r eq $len) { $completed++ }
 		elsif ($s->{stderr} =~ /out of memory/) { $failed++ }
@@ -202,13 +278,16 @@ for my $form ('in the executor', 'in the planner')
 {
 	my $rows = 800000;
 	my ($completed, $failed, $took, $roomy, $asked, $got) = (0, 0, 0, 0, 0, 0);
+	my @rooms;
 	my @shares0 = shares();
 	my @idle = map { $node->background_psql('postgres', on_error_stop => 0) } 1 .. $tries;
 	$_->query_safe("SET work_mem = '1GB'; SET max_parallel_workers_per_gather = 0") for @idle;
 	sleep 1;
 	for my $s (@idle)
 	{
-		$roomy++ if wait_for(sub { headroom() >= 115 * $MB }, 10);
+		ensure_headroom(115 * $MB);
+		$roomy++ if headroom() >= 115 * $MB;
+		push @rooms, sprintf('%.0f', headroom() / $MB);
 		$s->query_safe('SET client_min_messages = debug2');
 		$s->{stderr} = '';
 		my $r = $s->query("SELECT count(*) FROM (SELECT m FROM sortme ORDER BY 1) s") // '';
@@ -223,8 +302,8 @@ for my $form ('in the executor', 'in the planner')
 		$s->{stderr} = '';
 	}
 	push @kept, @idle;
-	diag sprintf('%d sorts of %d rows beside %d working statements: %d completed, %d out of memory, %d took more as they ran',
-		$tries, $rows, $sleepers, $completed, $failed, $took);
+	diag sprintf('%d sorts of %d rows beside %d working statements: %d completed, %d out of memory, %d took more as they ran; headroom at their starts (MB): %s',
+		$tries, $rows, $sleepers, $completed, $failed, $took, join(' ', @rooms));
 	is($roomy, $tries, 'each sort started with at least 115 MB of headroom (the sessions kept open hold their reserves)');
 	is($took, $tries, 'each sort took more from the budget as it ran (its DEBUG2 lines)');
 	is($completed, $tries, "$tries of $tries sorts of about 100 MB, each growing past its start share beside $sleepers working statements, complete");
@@ -255,7 +334,7 @@ for my $form ('in the executor', 'in the planner')
 	for my $s (@idle)
 	{
 		$node->safe_psql('postgres', 'TRUNCATE written');
-		wait_for(sub { headroom() >= 115 * $MB }, 10);
+		ensure_headroom(115 * $MB);
 		$s->query_safe('SET client_min_messages = debug2');
 		$s->{stderr} = '';
 		$s->query('INSERT INTO written SELECT g, repeat(m, 24) FROM sortme WHERE g <= 100000');
@@ -292,7 +371,7 @@ for my $form ('in the executor', 'in the planner')
 	my $s = $node->background_psql('postgres', on_error_stop => 0);
 	$s->query_safe($_) for @set;
 	sleep 1;
-	wait_for(sub { headroom() >= 115 * $MB }, 10);
+	ensure_headroom(125 * $MB);
 	$s->query_safe('SET client_min_messages = debug2');
 	$s->{stderr} = '';
 	my $r = $s->query($sql) // '';
@@ -333,7 +412,7 @@ for my $form ('in the executor', 'in the planner')
 	for my $i (0 .. $#stmts)
 	{
 		my $s = $idle[$i];
-		wait_for(sub { headroom() >= 95 * $MB }, 10);
+		ensure_headroom(95 * $MB);
 		my $h = headroom();
 		$s->query_safe('SET client_min_messages = debug2');
 		$s->{stderr} = '';

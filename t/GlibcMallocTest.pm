@@ -33,7 +33,7 @@ use POSIX ();
 our @EXPORT = qw(new_node workload seed_sort_table seed_sort glibc_params glibc_var rss_anon
   count_syscalls settings_of parallel_option wait_for check_clean_server test_module
   write_file test_cgroup_v1 enter_cgroup_v1 cgroup_v1_oom_kills wait_for_log_text
-  start_filler test_cgroup cgroup_version enter_cgroup cgroup_oom_kills cgroup_oom_group
+  start_filler filler_free test_cgroup cgroup_version enter_cgroup cgroup_oom_kills cgroup_oom_group
   cgroup_oom_group_kills cgroup_limit_hits cgroup_peak finish_query guard_counts cgroup_v1_counted);
 
 # A workload's SQL from bench/NAME.sql (shared with the benchmark and the
@@ -404,18 +404,35 @@ END { local $?; stop_peak_sampler($_) for keys %peak_sampler }
 
 # Another process of the container (a sidecar) that holds $bytes: it moves
 # into the cgroup $cg (v1 or v2) first, then touches its bytes, so that
-# they are charged there.  Returns its IPC::Run handle (kill_kill it at the end).
+# they are charged there.  Returns its IPC::Run handle (kill_kill it at the
+# end); filler_free gives some of its bytes back.
+my %filler_io;
 sub start_filler
 {
 	my ($cg, $bytes) = @_;
 	my ($in, $out) = ('', '');
-	my $h = IPC::Run::start([ 'perl', '-e', '$| = 1; print "pid $$\n"; my $n = <STDIN>; my @x; push @x, "a" x 1048576 for 1 .. $n / 1048576; print "ready\n"; sleep 900' ],
+	my $h = IPC::Run::start([ 'perl', '-e', '$| = 1; print "pid $$\n"; my $n = <STDIN>; my @x; push @x, "a" x 1048576 for 1 .. $n / 1048576; print "ready\n"; '
+		  . 'while (my $f = <STDIN>) { my $k = int($f / 1048576); $k = @x if $k > @x; splice(@x, -$k) if $k; print "freed $k\n" } sleep 900' ],
 		'<', \$in, '>', \$out, IPC::Run::timeout(1200));
 	$h->pump until $out =~ /pid (\d+)/;
 	write_file("$cg/cgroup.procs", $1);
 	$in = int($bytes) . "\n";
 	$h->pump until $out =~ /ready/;
+	$filler_io{$h} = [ \$in, \$out ];
 	return $h;
+}
+
+# A filler of start_filler frees $bytes (whole MB, at most all it holds;
+# each MB its own mapping, unmapped as it is freed); returns the bytes
+# it freed.
+sub filler_free
+{
+	my ($h, $bytes) = @_;
+	my ($in, $out) = @{ $filler_io{$h} };
+	$$out = '';
+	$$in .= int($bytes) . "\n";
+	$h->pump until $$out =~ /freed (\d+)/;
+	return $1 * 1048576;
 }
 
 # Poll $cond until it is true or $seconds pass; returns its last result.
