@@ -422,15 +422,15 @@ sub start_filler
 	return $h;
 }
 
-# A filler of start_filler frees $bytes (whole MB, at most all it holds;
-# each MB its own mapping, unmapped as it is freed); returns the bytes
-# it freed.
+# A filler of start_filler frees $bytes (whole MB, rounded up, at most
+# all it holds: strings of 1 MB, the last it made first); returns the
+# bytes it freed.  (Callers see the effect in the cgroup's usage.)
 sub filler_free
 {
 	my ($h, $bytes) = @_;
 	my ($in, $out) = @{ $filler_io{$h} };
 	$$out = '';
-	$$in .= int($bytes) . "\n";
+	$$in .= int(($bytes + 1048575) / 1048576) * 1048576 . "\n";
 	$h->pump until $$out =~ /freed (\d+)/;
 	return $1 * 1048576;
 }
