@@ -79,6 +79,8 @@ typedef enum GmSource
 
 /* An RLIMIT_DATA of RLIM_INFINITY, as the module's limits store it. */
 #define GM_NO_LIMIT			PG_INT64_MAX
+/* Each process's reserve under the memory guard at most (guard_policy.c). */
+#define GM_GUARD_PROC_RESERVE ((int64) 4 * 1024 * 1024)
 
 /* Presets are rows of settings.c's gm_presets[]; row 0 leaves glibc alone. */
 #define GM_PRESET_DEFAULT 0
@@ -344,8 +346,12 @@ extern void gm_shmem_claim(void);
 extern int64 gm_shmem_own_limit(int64 own, int64 *orig);
 extern int64 gm_shmem_my_guard_limit(void);
 extern void gm_shmem_guard_wake(void);
+extern int64 gm_shmem_guard_reserve(void);
+extern void gm_shmem_await_look(bool on);
 extern bool gm_shmem_limits(int slotno, int pid, int64 *orig, int64 *own, int64 *guard, bool *guarded);
-extern int64 gm_shmem_set_guard_limit(int slotno, int pid, int64 limit);
+extern int64 gm_shmem_set_guard_limit(int slotno, int pid, int64 *limit, int64 known);
+extern bool gm_shmem_guard_raise(int64 want);
+extern int64 gm_shmem_slot_guard_limit(int slotno);
 extern int64 gm_shmem_slot_own_limit(int slotno);
 extern bool gm_shmem_guard_statement_start(void);
 extern bool gm_shmem_guard_counts_idle(void);
@@ -591,6 +597,7 @@ extern int64 gm_guard_start_share(int64 room, int64 taken, int held);
 extern int64 gm_guard_grow_share(int64 room, int64 taken, int others, int64 grown);
 extern int64 gm_guard_need_after(int64 need, int64 run);
 extern int64 gm_guard_mapped_need(int64 need, int64 mapped, int64 at_exec);
+extern bool gm_guard_start_fits(int64 vm, int64 limit, int64 reserve, int64 plan, int64 exec, int64 mapped);
 extern int64 gm_guard_outstanding(int64 need, int64 grown, int64 gap, bool returned);
 extern int64 gm_guard_reserve_shift(int64 limit, int n);
 extern bool gm_guard_engaged_after(int64 limit, int64 usage, bool engaged);
@@ -624,7 +631,7 @@ extern void gm_monitor_register(void);
 extern void gm_guard_define_gucs(void);
 extern void gm_guard_apply(void);
 extern void gm_guard_statement_start(void);
-extern void gm_guard_top_statement_start(void);
+extern void gm_guard_top_statement_start(int64 plan, int64 exec, int64 mapped);
 extern void gm_guard_top_statement_end(bool last);
 extern void gm_guard_top_statement_runs(void);
 extern void gm_guard_reads_client(bool on);
@@ -643,9 +650,12 @@ typedef struct GmExecCheck
 	int64		last_vm;		/* data pages when it last took more; -1: never */
 	int64		last_share;		/* what it took then */
 	int64		read_at;		/* its last read of /proc/self/statm (gm_monotonic_usec) */
-	uint32		tried_looks;	/* the monitor's look when it last asked */
+	uint32		tried_looks;	/* the monitor's look when it last asked ... */
+	bool		tried;			/* ... and found none left, or its limit not
+								 * covering what it took: not again before
+								 * the next look */
 } GmExecCheck;
-#define GM_EXEC_CHECK_INIT	{-1, -1, 0, 0, 0}
+#define GM_EXEC_CHECK_INIT	{-1, -1, 0, 0, 0, false}
 extern bool gm_guard_executor_check(GmExecCheck *check);
 extern bool gm_guard_take_start_share(void);
 extern bool gm_guard_holds_start_share(void);
@@ -714,7 +724,7 @@ extern void gm_statements_analyzed(struct ParseState *pstate, Query *query, int 
 extern bool gm_statements_utility_start(PlannedStmt *pstmt, const char *query_string, int nesting, GmUtilityMark *mark);
 extern void gm_statements_utility_end(GmUtilityMark *mark, int64 mapped);
 extern void gm_statements_note_oom(bool limit);
-extern int64 gm_statements_recorded_peak(uint64 queryid, int64 *mapped, bool *tracked);
+extern int64 gm_statements_recorded_peak(uint64 queryid, int64 *mapped, int64 *plan, bool *tracked);
 extern void gm_statements_note_wait(uint64 queryid, int64 usec);
 extern void gm_statements_subxact_abort(SubTransactionId subid);
 extern void gm_statements_transaction_end(void);

@@ -78,8 +78,10 @@
 /* An out-of-memory this soon after the guard's last limits is the guard's. */
 #define GM_GUARD_RECENT_USEC	(1000 * 1000)
 
-/* A statement start waits at most this long for the guard's next look. */
+/* A statement start waits at most this long for the guard's next look, ... */
 #define GM_GUARD_START_WAIT_MS	250
+/* ... woken by the look (its latch), and polling this often should a wake-up be lost. */
+#define GM_LOOK_POLL_MS			50
 /*
  * The running statement's check (gm_guard_executor_check): near its limit
  * within this many bytes (what a sort maps in a few milliseconds, with
@@ -171,6 +173,8 @@ static bool statement_unchecked = false;
 
 /* The statement holds a start share (gm_guard_take_start_share), until gm_guard_wait_end. */
 static bool start_share_held = false;
+/* What the statement took from the budget (a start share, its need admitted), its limit covered at once. */
+static bool taken_covered = false;
 static int64 grant_limit = GM_NO_LIMIT;
 
 static void set_limits(void);
@@ -287,6 +291,37 @@ gm_guard_grant_run(bool on)
 }
 
 /*
+ * One wait for the monitor's next look, with gm_shmem_await_look on: until
+ * the look sets the latch, at most GM_LOOK_POLL_MS (a wake-up lost) and
+ * until deadline (gm_monotonic_usec), at least 1 ms.  Interrupts are the
+ * caller's to serve (look_interrupts).
+ */
+static void
+look_wait(int64 deadline, uint32 wait_event_info)
+{
+	int64		left_ms = (deadline - gm_monotonic_usec() + 999) / 1000;
+
+	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+					 (long) Min(Max(left_ms, 1), GM_LOOK_POLL_MS), wait_event_info);
+	ResetLatch(MyLatch);
+}
+
+/*
+ * Serve interrupts in a wait for the look, its flag off meanwhile: an
+ * ERROR leaves no flag on, which would have the monitor set this latch at
+ * every look.
+ */
+static void
+look_interrupts(void)
+{
+	if (!INTERRUPTS_PENDING_CONDITION())
+		return;
+	gm_shmem_await_look(false);
+	CHECK_FOR_INTERRUPTS();
+	gm_shmem_await_look(true);
+}
+
+/*
  * Wait until the monitor's look counts this process as working (at most
  * GM_GUARD_START_WAIT_MS by the monotonic clock), interrupts served.
  */
@@ -295,11 +330,13 @@ wait_counted_working(void)
 {
 	int64		deadline = gm_monotonic_usec() + (int64) GM_GUARD_START_WAIT_MS * 1000;
 
+	gm_shmem_await_look(true);
 	while (gm_shmem_guard_counts_idle() && gm_monotonic_usec() < deadline)
 	{
-		CHECK_FOR_INTERRUPTS();
-		pg_usleep(1000L);
+		look_interrupts();
+		look_wait(deadline, 0);
 	}
+	gm_shmem_await_look(false);
 }
 
 /*
@@ -339,9 +376,11 @@ first_limit(void)
 	 * which the monitor does not know of and would never lift.
 	 */
 	deadline = gm_monotonic_usec() + (int64) GM_GUARD_START_WAIT_MS * 1000;
+	gm_shmem_await_look(true);
 	while ((gm_shmem_my_guard_limit() == limit || gm_shmem_guard_counts_idle()) &&
 		   gm_shmem_guard_engaged() && gm_monotonic_usec() < deadline)
-		pg_usleep(1000L);
+		look_wait(deadline, 0);
+	gm_shmem_await_look(false);
 	/* Taken back only if still this one (the monitor's are even). */
 	if (gm_shmem_my_guard_limit() == limit)
 	{
@@ -384,15 +423,30 @@ gm_guard_statement_start(void)
  * what it grew), or has not limited it yet (first_limit), tell the
  * monitor, and wait for its next look (at most GM_GUARD_START_WAIT_MS),
  * which counts it as working and raises its limit to a working share
- * before the executor allocates.  Otherwise a flag test or two.
+ * before the executor allocates; unless its recorded needs (plan: its
+ * planning's, 0 once planned; exec and mapped: its executor's, as
+ * gm_statements_recorded_peak gives them; -1 unknown) fit its reserve and
+ * the limit it has (gm_guard_start_fits), or it holds what it took from
+ * the budget (a start share, its admitted need) under a limit that covers
+ * it: it then runs at once, and its executor's check takes more should it
+ * grow past them.  Otherwise a flag test or two.
  */
 void
-gm_guard_top_statement_start(void)
+gm_guard_top_statement_start(int64 plan, int64 exec, int64 mapped)
 {
 	statement_unchecked = true;
 	/* A parallel worker's is taken at its statement start. */
 	if ((!IsParallelWorker() && first_limit()) || !gm_shmem_guard_statement_start())
 		return;
+	/* What it took from the budget, its limit covers: the look gives it no more. */
+	if (taken_covered && gm_shmem_wait_holds())
+		return;
+	/* One read of /proc/self/statm, for a statement with a record only. */
+	if (exec >= 0 && plan >= 0 &&
+		gm_guard_start_fits(gm_proc_statm_data_bytes(), gm_shmem_my_guard_limit(),
+							gm_shmem_guard_reserve(), plan, exec, mapped))
+		return;
+	gm_shmem_guard_wake();
 	wait_counted_working();
 }
 
@@ -680,35 +734,49 @@ admit_without_lock(int64 now, const GmFirstRound *first)
 }
 
 /*
- * An admitted statement whose process the guard limits: wait (at most
- * GM_GUARD_START_WAIT_MS) until its limit covers want, its VmData at
- * admission plus its need, or a look that began after the admission was
+ * A statement whose process the guard limits took want - VmData from the
+ * budget (admitted with its need, a start share, more for its executor):
+ * its limit covers want and the reserve at once where the monitor set the
+ * limit in force (gm_shmem_guard_raise).  Otherwise (a first limit, whose
+ * look replaces it) wait, on the latch that the look sets, at most
+ * GM_GUARD_START_WAIT_MS until its limit covers want, or a look that began
+ * after the admission was
  * noted has set it (one that read the process before left it at its idle
  * or working share, and the executor would run into that before the next
  * look; the budget may not cover the whole need).  On the latch, at a
  * statement's start without a wait event (wait_event_info 0), as the
  * start's wait for the look that counts it working: part of its start,
- * not a wait for memory (memory_wait = 0 waits for none).
+ * not a wait for memory (memory_wait = 0 waits for none).  Returns whether
+ * the limit covers want.
  */
-static void
+static bool
 wait_for_reserved_limit(int64 want, uint32 looks0, uint32 wait_event_info)
 {
-	int64		start = gm_monotonic_usec();
+	bool		covered;
 
+	int64		deadline = gm_monotonic_usec() + (int64) GM_GUARD_START_WAIT_MS * 1000;
+
+	/*
+	 * What it took from the budget raises its limit at once, with the
+	 * reserve, as the monitor's look would (which keeps it): no wait for
+	 * the look, where the monitor set the limit in force.
+	 */
+	if (gm_shmem_guard_raise(want + Max(gm_shmem_guard_reserve(), 0)))
+		set_limits();
+	gm_shmem_await_look(true);
 	for (;;)
 	{
 		int64		limit = gm_shmem_my_guard_limit();
-		int64		left_ms = GM_GUARD_START_WAIT_MS - (gm_monotonic_usec() - start) / 1000;
 
-		if (limit == GM_NO_LIMIT || limit >= (want & ~(int64) 1) ||
-			gm_shmem_wait_looks() - looks0 >= 2 || left_ms <= 0)
-			return;
+		covered = limit == GM_NO_LIMIT || limit >= (want & ~(int64) 1);
+		if (covered || gm_shmem_wait_looks() - looks0 >= 2 || gm_monotonic_usec() >= deadline)
+			break;
 		gm_shmem_guard_wake();
-		(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-						 Min(left_ms, 5), wait_event_info);
-		ResetLatch(MyLatch);
-		CHECK_FOR_INTERRUPTS();
+		look_wait(deadline, wait_event_info);
+		look_interrupts();
 	}
+	gm_shmem_await_look(false);
+	return covered;
 }
 
 /*
@@ -859,7 +927,7 @@ gm_guard_take_start_share(void)
 		return false;
 	gm_shmem_wait_count(GM_WAIT_START_SHARES, 1);
 	looks0 = gm_shmem_wait_looks();
-	wait_for_reserved_limit(vm + share, looks0, 0);
+	taken_covered = wait_for_reserved_limit(vm + share, looks0, 0);
 	return true;
 }
 
@@ -874,11 +942,13 @@ gm_guard_take_start_share(void)
  * the guard's (or its grant's) limit, or within half of what it grew since
  * its first read (a sort's array doubles), and it has mapped half of what
  * it last took, it takes more from the admission's budget
- * (gm_guard_grow_share) as its reservation, and waits (at most
- * GM_GUARD_START_WAIT_MS, as a wait for memory) until the guard's limit
- * covers it: its executor pauses at the limit instead of failing on it
- * between two of the monitor's looks.  A grant's own limit grows with it.
- * At most once per look; none left: it goes on.  Not where the cap
+ * (gm_guard_grow_share) as its reservation, and raises the guard's limit
+ * by it at once (wait_for_reserved_limit; where it cannot, it waits at
+ * most GM_GUARD_START_WAIT_MS, as a wait for memory, for the look that
+ * covers it): its executor takes more at the limit instead of failing on
+ * it between two of the monitor's looks.  A grant's own limit grows with
+ * it.  Once it found none left, or its limit not covering it, not again
+ * before the next look; none left: it goes on.  Not where the cap
  * (max_backend_memory) or the original limit is the lower: the guard
  * cannot raise those.  Returns whether it took more (the executor's end
  * ends the reservation).  Flag and clock reads; a /proc read at most every
@@ -898,7 +968,8 @@ gm_guard_executor_check(GmExecCheck *check)
 	int			held;
 	uint32		looks0;
 
-	if (!gm_shmem_guard_engaged() || (looks0 = gm_shmem_wait_looks()) == check->tried_looks)
+	if (!gm_shmem_guard_engaged() ||
+		((looks0 = gm_shmem_wait_looks()) == check->tried_looks && check->tried))
 		return false;
 	movable = Min(gm_shmem_my_guard_limit(), grant_limit);
 	if (movable == GM_NO_LIMIT || Min(own_limit, orig_soft >= 0 ? orig_soft : GM_NO_LIMIT) <= movable)
@@ -916,6 +987,7 @@ gm_guard_executor_check(GmExecCheck *check)
 		(check->last_vm >= 0 && vm < check->last_vm + check->last_share / 2))
 		return false;
 	check->tried_looks = looks0;
+	check->tried = true;
 	admit_prepare();
 	gm_shmem_wait_lock();
 	taken = admission_taken(now, &room, &held);
@@ -950,7 +1022,8 @@ gm_guard_executor_check(GmExecCheck *check)
 	check->last_share = share;
 	if (grant_limit != GM_NO_LIMIT)
 		set_limits();
-	wait_for_reserved_limit(vm + share, looks0, gm_memory_wait_event());
+	/* Covered at once: it may take more again before the next look. */
+	check->tried = !wait_for_reserved_limit(vm + share, looks0, gm_memory_wait_event());
 	return true;
 }
 
@@ -1019,7 +1092,7 @@ wait_for_need(int64 need, bool may_wait)
 				int64		base = admitted_base(waited, &first);
 
 				if (base >= 0)
-					wait_for_reserved_limit(base + need, looks0, 0);
+					taken_covered = wait_for_reserved_limit(base + need, looks0, 0);
 				break;
 			}
 		case GM_ROUND_GRANTED:
@@ -1046,7 +1119,7 @@ wait_for_need(int64 need, bool may_wait)
 	 * start again, which waits for the look that counts it working and
 	 * gives it its reservation, before the executor allocates.
 	 */
-	gm_guard_top_statement_start();
+	gm_guard_top_statement_start(-1, -1, -1);
 	return waited;
 }
 
@@ -1105,6 +1178,7 @@ void
 gm_guard_wait_end(void)
 {
 	start_share_held = false;
+	taken_covered = false;
 	grant_pending = GM_NO_LIMIT;
 	grant_lift();
 	if (!wait_entered)

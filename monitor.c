@@ -352,26 +352,29 @@ guard_set(int slot, int pid, int64 limit)
 	static bool warned = false;
 	int64		want;
 	int64		own;
+	int64		again;
+	int64		known = guarded[slot].pid == pid ? guarded[slot].limit : GM_NO_LIMIT;
 
 	/* Even: a process's own first limit is odd (shmem.c). */
 	if (limit != GM_NO_LIMIT)
 		limit &= ~(int64) 1;
-	guarded[slot].pid = limit == GM_NO_LIMIT ? 0 : pid;
-	guarded[slot].limit = limit;
-	guarded[slot].applied = limit != GM_NO_LIMIT;
-	if (gm_shmem_set_guard_limit(slot, pid, limit) < 0)
+	/* (a raise the process took since this look read it stays: limit says so) */
+	if (gm_shmem_set_guard_limit(slot, pid, &limit, known) < 0)
 	{
 		guarded[slot].pid = 0;	/* it left its slot */
 		return false;
 	}
+	guarded[slot].pid = limit == GM_NO_LIMIT ? 0 : pid;
+	guarded[slot].limit = limit;
+	guarded[slot].applied = limit != GM_NO_LIMIT;
 	/* Lifted: not counted as anything (a start waits for the next look). */
 	if (limit == GM_NO_LIMIT)
 		gm_shmem_set_guard_working(slot, pid, false);
 
 	/*
-	 * The backend may change its own limit meanwhile and call setrlimit
-	 * before or after this prlimit: if its own limit changed while this
-	 * one was set, set again, so the last call has both.
+	 * The backend may change its own limit, or raise the guard's, meanwhile
+	 * and call setrlimit before or after this prlimit: if either changed
+	 * while this one was set, set again, so the last call has both.
 	 */
 	for (int i = 0; i < 3; i++)
 	{
@@ -410,8 +413,10 @@ guard_set(int slot, int pid, int64 limit)
 			}
 			return false;
 		}
-		if (gm_shmem_slot_own_limit(slot) == own)
+		if (gm_shmem_slot_own_limit(slot) == own && gm_shmem_slot_guard_limit(slot) == limit)
 			break;
+		if (limit != GM_NO_LIMIT && (again = gm_shmem_slot_guard_limit(slot)) > limit && (again & 1) == 0)
+			guarded[slot].limit = limit = again;
 	}
 	return true;
 }

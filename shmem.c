@@ -160,6 +160,8 @@ typedef struct GmSlot
 	 */
 	bool		guard_working;
 	pg_atomic_uint32 guard_starts;
+	/* the owner waits for the monitor's next look (gm_shmem_await_look) */
+	pg_atomic_uint32 look_waiter;
 	/* its top-level statement waits for its client inside itself (the owner writes it) */
 	bool		guard_in_statement;
 
@@ -275,6 +277,7 @@ gm_shmem_startup(void)
 			pg_atomic_init_u64(&shared->slots[i].guard_limit, GM_NO_LIMIT);
 			pg_atomic_init_u32(&shared->slots[i].worker_limit_oom, 0);
 			pg_atomic_init_u32(&shared->slots[i].guard_starts, 0);
+			pg_atomic_init_u32(&shared->slots[i].look_waiter, 0);
 			pg_atomic_init_u32(&shared->slots[i].wait.ended, 0);
 			pg_atomic_init_u64(&shared->slots[i].wait.counted, 0);
 			pg_atomic_init_u32(&shared->slots[i].wait.counted_held, 0);
@@ -367,6 +370,7 @@ release_slot(int code, Datum arg)
 	pg_atomic_write_u64(&slot->own_limit, GM_NO_LIMIT);
 	pg_atomic_write_u64(&slot->guard_limit, GM_NO_LIMIT);
 	pg_atomic_write_u32(&slot->worker_limit_oom, 0);
+	pg_atomic_write_u32(&slot->look_waiter, 0);
 	my_slot = NULL;
 }
 
@@ -404,6 +408,7 @@ claim_slot(void)
 		pg_atomic_write_u64(&slot->guard_limit, GM_NO_LIMIT);
 	}
 	pg_atomic_write_u32(&slot->worker_limit_oom, 0);
+	pg_atomic_write_u32(&slot->look_waiter, 0);
 	slot->guard_working = false;
 	slot->guard_in_statement = false;
 	/* A crashed predecessor's: none survive (NONE stored before ended is cleared). */
@@ -959,6 +964,13 @@ gm_shmem_limits(int slotno, int pid, int64 *orig, int64 *own, int64 *guard, bool
 	return slot->snap.pid == pid;
 }
 
+/* The guard's limit in slot slotno now (the monitor's, or its process's raise). */
+int64
+gm_shmem_slot_guard_limit(int slotno)
+{
+	return (int64) pg_atomic_read_u64(&shared->slots[slotno].guard_limit);
+}
+
 /*
  * Whether process pid still holds slot slotno: the slot's pid is cleared
  * before the process leaves the proc array, so under ProcArrayLock (with
@@ -972,47 +984,93 @@ gm_shmem_slot_holds(int slotno, int pid)
 }
 
 /*
- * The monitor: set the guard's limit for pid in slot slotno.  Returns the
- * soft limit the process should now have (the lowest of the three), or -1
- * if the slot is no longer pid's (then nothing is left in it).
+ * The monitor: set the guard's limit for pid in slot slotno; known is the
+ * limit it set there last (GM_NO_LIMIT: none).  A limit the process raised
+ * itself since (gm_shmem_guard_raise: even, above known) for what it took
+ * from the budget after this look read it is not lowered: it stays, for
+ * this look, and *limit says so.  Returns the soft limit the process
+ * should now have (the lowest of the three), or -1 if the slot is no
+ * longer pid's (then nothing is left in it).
  */
 int64
-gm_shmem_set_guard_limit(int slotno, int pid, int64 limit)
+gm_shmem_set_guard_limit(int slotno, int pid, int64 *limit, int64 known)
 {
 	GmSlot	   *slot = &shared->slots[slotno];
-	uint64		expected pg_attribute_aligned(8) = (uint64) limit;
+	uint64		expected pg_attribute_aligned(8);
 	int64		orig;
 	int64		own;
 
 	/* Even (guard_set): never a process's own first limit, an odd one. */
-	Assert(limit == GM_NO_LIMIT || (limit & 1) == 0);
+	Assert(*limit == GM_NO_LIMIT || (*limit & 1) == 0);
 	if (slot->snap.pid != pid)
 		return -1;
-	pg_atomic_write_u64(&slot->guard_limit, limit);
-	pg_atomic_fetch_add_u32(&slot->requests, 0);	/* a full barrier */
+	/* A compare-and-swap, against the process's raise (a full barrier). */
+	expected = pg_atomic_read_u64(&slot->guard_limit);
+	for (;;)
+	{
+		int64		cur = (int64) expected;
+
+		if (*limit != GM_NO_LIMIT && cur != GM_NO_LIMIT && (cur & 1) == 0 &&
+			cur != known && cur > *limit)
+		{
+			*limit = cur;
+			pg_memory_barrier();
+			break;
+		}
+		if (pg_atomic_compare_exchange_u64(&slot->guard_limit, &expected, (uint64) *limit))
+			break;
+	}
 	if (slot->snap.pid != pid)
 	{
 		/* A new process took the slot meanwhile: take the limit back. */
+		expected = (uint64) *limit;
 		(void) pg_atomic_compare_exchange_u64(&slot->guard_limit, &expected, GM_NO_LIMIT);
 		return -1;
 	}
 	orig = (int64) pg_atomic_read_u64(&slot->orig_limit);
 	own = (int64) pg_atomic_read_u64(&slot->own_limit);
-	return Min(orig, Min(own, limit));
+	return Min(orig, Min(own, *limit));
+}
+
+/*
+ * This process took want - VmData from the budget (a start share, a
+ * reservation, more for its executor): raise the guard's limit in its slot
+ * to at least want (rounded up to even, as the monitor's are) at once,
+ * rather than wait for the monitor's next look, where the monitor set the
+ * limit in force; a compare-and-swap against the monitor's
+ * (gm_shmem_set_guard_limit), which keeps it until a look that counts
+ * what was taken.  Not over a first limit (odd: gm_shmem_guard_first_limit,
+ * whose look replaces it), nor where there is none.  Returns whether it
+ * raised the limit; the caller then sets its soft limit (set_limits).
+ */
+bool
+gm_shmem_guard_raise(int64 want)
+{
+	uint64		cur pg_attribute_aligned(8);
+
+	if (shared == NULL || my_slot == NULL || my_slot_pid != MyProcPid || want < 0)
+		return false;
+	want += want & 1;
+	cur = pg_atomic_read_u64(&my_slot->guard_limit);
+	for (;;)
+	{
+		if ((int64) cur == GM_NO_LIMIT || (int64) cur >= want || (cur & 1) != 0)
+			return false;
+		if (pg_atomic_compare_exchange_u64(&my_slot->guard_limit, &cur, (uint64) want))
+			return true;
+	}
 }
 
 /*
  * A top-level statement starts in this process: count the start in the
  * slot (an atomic add; a look that read the process between two statements
- * then keeps its limit, see guard_tick); while the memory guard limits it
- * and its last look did not count it as working, wake the monitor and
- * return true (the caller may wait for the look).
+ * then keeps its limit, see guard_tick); whether the memory guard limits
+ * it and its last look did not count it as working (the caller then wakes
+ * the monitor and waits for its look, unless the statement fits its limit).
  */
 bool
 gm_shmem_guard_statement_start(void)
 {
-	struct Latch *latch;
-
 	if (shared == NULL || my_slot == NULL || my_slot_pid != MyProcPid)
 		return false;
 	/*
@@ -1021,14 +1079,8 @@ gm_shmem_guard_statement_start(void)
 	 * starts after it writes idle, this reads idle after the count.
 	 */
 	pg_atomic_fetch_add_u32(&my_slot->guard_starts, 1);
-	if (!gm_shmem_guard_counts_idle())
-		return false;
-	latch = shared->monitor.guard_latch;
-	if (latch != NULL)
-		SetLatch(latch);
-	return true;
+	return gm_shmem_guard_counts_idle();
 }
-
 /*
  * Whether the memory guard limits this process and its last look counted
  * it as not working.
@@ -1064,7 +1116,7 @@ gm_shmem_guard_first_limit(int64 vmdata)
 	pg_read_barrier();
 	/* An int64 read unlocked (torn on 32-bit): kept within the reserve's range. */
 	reserve = shared->monitor.guard_reserve;
-	reserve = Min(Max(reserve, (int64) 1024 * 1024), (int64) 4 * 1024 * 1024);
+	reserve = Min(Max(reserve, (int64) 1024 * 1024), GM_GUARD_PROC_RESERVE);
 	limit = (vmdata + reserve) | 1;
 	if (!pg_atomic_compare_exchange_u64(&my_slot->guard_limit, &expected, (uint64) limit))
 		return GM_NO_LIMIT;
@@ -1084,6 +1136,24 @@ gm_shmem_guard_drop_first_limit(int64 limit)
 
 	if (shared != NULL && my_slot != NULL && my_slot_pid == MyProcPid)
 		(void) pg_atomic_compare_exchange_u64(&my_slot->guard_limit, &expected, (uint64) GM_NO_LIMIT);
+}
+
+/*
+ * The reserve every process the guard limits may map for small work, as
+ * its last look set it; -1 while it is not engaged.  An int64 read
+ * unlocked (torn on 32-bit): one outside 0..GM_GUARD_PROC_RESERVE reads
+ * as -1.
+ */
+int64
+gm_shmem_guard_reserve(void)
+{
+	int64		reserve;
+
+	if (shared == NULL || !shared->monitor.guard_engaged)
+		return -1;
+	pg_read_barrier();
+	reserve = shared->monitor.guard_reserve;
+	return reserve >= 0 && reserve <= GM_GUARD_PROC_RESERVE ? reserve : -1;
 }
 
 /* Whether the memory guard's last look left it engaged (a flag read). */
@@ -1968,6 +2038,30 @@ gm_shmem_wait_publish(int64 room, int64 ceiling, const GmWaitLook *looks, int n)
 		}
 	wait_unlock_exclusive();
 	pg_atomic_fetch_add_u32(&shared->wait_looks, 1);
+	/*
+	 * The processes that wait for this look (gm_shmem_await_look): their
+	 * latch, set after the look is published, with a full barrier between
+	 * (each sets its flag, then reads what the look publishes).  A slot is
+	 * its process's PGPROC number.
+	 */
+	pg_memory_barrier();
+	for (int i = 0; i < shared->nslots && i < (int) ProcGlobal->allProcCount; i++)
+		if (pg_atomic_read_u32(&shared->slots[i].look_waiter) != 0)
+			SetLatch(&GetPGProcByNumber(i)->procLatch);
+}
+
+/*
+ * This process waits (on) or no longer waits (off) for the monitor's next
+ * look: the look sets its latch.  A full barrier after it is set, so the
+ * monitor's look that follows the caller's check of its condition sees it.
+ */
+void
+gm_shmem_await_look(bool on)
+{
+	if (shared == NULL || my_slot == NULL || my_slot_pid != MyProcPid)
+		return;
+	pg_atomic_write_u32(&my_slot->look_waiter, on ? 1 : 0);
+	pg_memory_barrier();
 }
 
 /* How many looks the monitor has published (a counter that wraps). */

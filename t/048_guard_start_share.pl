@@ -19,8 +19,8 @@
 #  - 5 sorts of 800,000 md5 strings (about 100 MB mapped), each in a
 #    session that was idle: they grow past their start share, and their
 #    plan nodes take more from the budget as they near their limit, each
-#    pausing until the monitor's look covers it (their DEBUG2 lines show
-#    it): all complete (without it, 0 of 5: a look every 50 ms is too
+#    raising its own limit by it (their DEBUG2 lines show it): all
+#    complete (without it, 0 of 5: a look every 50 ms is too
 #    late for a sort that maps a few MB between two);
 #  - 3 inserts of 100,000 rows of 800 bytes that an AFTER trigger keeps
 #    in memory (a transition table), each in a session that was idle:
@@ -34,6 +34,14 @@
 #    ANALYZE EXECUTE of a sort of
 #    800,000 md5 strings: the executor one level down checks itself as
 #    a query's does, and takes more as it grows (without it, no line);
+#  - a sort of about 100 MB in a session that was idle, the monitor
+#    stopped (SIGSTOP) throughout: what it takes from the budget raises
+#    its limit at once from its own backend (strace: its prlimit64 calls;
+#    /proc/PID/limits), it makes no timed wait, and it completes (before,
+#    it waited 250 ms for a look at each ask and got "out of memory");
+#  - a new session's first statement, the monitor stopped: its wait for
+#    the look that would limit it (250 ms) is on its latch, which the
+#    look sets, with at most one wake-up per 50 ms (strace), not polling;
 #  - a sort that began while the guard was calm (it waits at its first
 #    row while the usage goes into the engaged band) is checked as it
 #    runs once the guard engages, the monitor stopped (SIGSTOP) until the
@@ -185,23 +193,32 @@ is($node->safe_psql('postgres', $at_first_row), '1', 'the sort that began calm s
 my ($monitor) = $node->safe_psql('postgres', 'SELECT pid FROM glibc_malloc_monitor') =~ /(\d+)/;
 defined $monitor or die 'glibc_malloc_monitor shows no monitor process';
 my $state = sub { ((slurp_file("/proc/$monitor/stat") =~ /.*\)\s+(\S)/s)[0]) // '?' };
-my (%seen, $named);
-my $reads = 0;
-my $sleeps = sub {
-	my $w = eval { slurp_file("/proc/$monitor/wchan") } // '';
-	my $st = $state->();
-	$reads++;
-	$named ||= $w =~ /[a-z]/;
-	$seen{$w =~ /[a-z]/ ? $w : "state $st"}++;
-	return $w =~ /[a-z]/ ? scalar($w =~ /e(?:p_)?poll/) : !$named && $reads >= 20 && $st eq 'S';
+# Stop it once it sleeps there; whether it did.
+my $monitor_stop = sub {
+	my (%seen, $named);
+	my $reads = 0;
+	my $sleeps = sub {
+		my $w = eval { slurp_file("/proc/$monitor/wchan") } // '';
+		my $st = $state->();
+		$reads++;
+		$named ||= $w =~ /[a-z]/;
+		$seen{$w =~ /[a-z]/ ? $w : "state $st"}++;
+		return $w =~ /[a-z]/ ? scalar($w =~ /e(?:p_)?poll/) : !$named && $reads >= 20 && $st eq 'S';
+	};
+	my $ok = ok(wait_for($sleeps, 10), 'the monitor sleeps in its wait between two looks')
+	  or diag 'its wchan: ' . join(', ', map { "$_ $seen{$_}" } sort keys %seen);
+	if ($ok)
+	{
+		$monitor_stopped = $monitor;
+		kill 'STOP', $monitor;
+	}
+	return $ok;
 };
-my $stoppable = ok(wait_for($sleeps, 10), 'the monitor sleeps in its wait between two looks')
-  or diag 'its wchan: ' . join(', ', map { "$_ $seen{$_}" } sort keys %seen);
-if ($stoppable)
-{
-	$monitor_stopped = $monitor;
-	kill 'STOP', $monitor;
-}
+my $monitor_continue = sub {
+	kill 'CONT', $monitor_stopped if $monitor_stopped;
+	$monitor_stopped = undef;
+};
+my $stoppable = $monitor_stop->();
 my $stopped_at = time;
 $gate->query_safe('SELECT pg_advisory_unlock(4242)');
 my $asked = 0;
@@ -212,8 +229,7 @@ while (time - $stopped_at < 20)
 	last if $asked || !$calm->{h}->pumpable;
 	sleep 0.005;
 }
-kill 'CONT', $monitor if $stoppable;
-$monitor_stopped = undef;
+$monitor_continue->();
 my $stopped_for = time - $stopped_at;
 $calm = GlibcMallocTest::finish_query($calm);
 $gate->quit;
@@ -331,6 +347,85 @@ for my $form ('in the executor', 'in the planner')
 		$shares1[1] - $shares0[1], $shares1[2] - $shares0[2], $asked, $got);
 	is($shares1[1] - $shares0[1], $asked, 'executor_asks counts every ask of the sorts (their DEBUG2 lines)');
 	is($shares1[2] - $shares0[2], $got, 'executor_shares counts those that got more');
+}
+
+# A sort of about 100 MB in a session that was idle, the monitor stopped
+# (SIGSTOP, seen asleep between two looks) from before it starts until it
+# ends: what its start share and its plan's asks take from the budget
+# raise its limit at once, from the backend itself (strace: its own
+# prlimit64 calls on RLIMIT_DATA; /proc/PID/limits after it, the monitor
+# still stopped, above what the monitor had set before it), so it
+# completes without any look, and it makes no timed wait (an epoll_wait
+# with a timeout: a wait for a look that cannot come).  Before, each ask
+# waited 250 ms for that look, at most once per look, and the sort got
+# "out of memory" at the limit the monitor had set last.
+{
+	ensure_headroom(115 * $MB);
+	my $headroom = headroom();
+	my $s = $node->background_psql('postgres', on_error_stop => 0);
+	$s->query_safe("SET work_mem = '1GB'; SET max_parallel_workers_per_gather = 0");
+	my $pid = $s->query_safe('SELECT pg_backend_pid()');
+	$s->query_safe('SET client_min_messages = debug2');
+	my $soft = sub { (eval { slurp_file("/proc/$pid/limits") } // '') =~ /^Max data size\s+(\d+)/m ? $1 : -1 };
+	# Counted idle by a look, its limit the monitor's.
+	wait_for(sub { $soft->() >= 0 }, 5);
+	sleep 0.5;
+	ok($monitor_stop->(), 'the monitor is stopped before the sort starts');
+	my $before = $soft->();
+	$s->{stderr} = '';
+	my $r;
+	my $t0 = time;
+	my @lines = GlibcMallocTest::traced_lines($pid,
+		sub { $r = $s->query('SELECT count(*) FROM (SELECT m FROM sortme ORDER BY 1) s') // '' },
+		'prlimit64,epoll_wait,epoll_pwait', '-e', 'raw=epoll_wait,epoll_pwait');
+	my $took = time - $t0;
+	my $after = $soft->();
+	$monitor_continue->();
+	my $err = $s->{stderr};
+	$s->query('RESET client_min_messages');
+	$s->quit;
+	my $raises = grep { /prlimit64\(0, RLIMIT_DATA, \{rlim_cur=/ } @lines;
+	# (raw: epoll_wait(fd, events, maxevents, timeout); epoll_pwait's timeout is its fourth too)
+	my @timeouts = map { /epoll_p?wait\((?:[^,]+, ){3}(-?(?:0x)?[0-9a-f]+)/ ? $1 : () } @lines;
+	my $timed = grep { !/^(?:-1|0x(?:ffffffff){1,2})$/ } @timeouts;
+	my $asks = () = $err =~ /glibc_malloc executor share: [1-9]/g;
+	diag sprintf('a sort with the monitor stopped (headroom %.0f MB): %s in %.1f s under strace, %d prlimit64 calls of its own, %d epoll waits (%d with a timeout), %d asks that got more; its limit %.0f MB before, %.0f MB after%s',
+		$headroom / $MB, $r eq '800000' ? 'completed' : 'failed', $took, $raises, scalar @timeouts, $timed, $asks,
+		$before / $MB, $after / $MB, $err =~ /(ERROR: .*)/ ? ": $1" : '');
+	is($r, '800000', 'a sort of about 100 MB completes with the monitor stopped throughout: it does not wait for a look');
+	cmp_ok($asks, '>=', 1, 'it took more from the budget as it ran (its DEBUG2 lines)');
+	cmp_ok($raises, '>=', 1, 'its backend set its own RLIMIT_DATA (prlimit64 on itself, strace)');
+	cmp_ok($after - $before, '>=', 32 * $MB, 'the kernel holds its limit raised by what it took, the monitor stopped (/proc/PID/limits)');
+	cmp_ok(scalar @timeouts, '>=', 1, 'strace saw its waits for its client (epoll)');
+	is($timed, 0, 'it made no timed wait: none for a look')
+	  or diag join '', grep { /epoll_p?wait\(/ } @lines;
+}
+
+# A new session's first statement while the guard is engaged and has not
+# limited it: it limits itself and waits for the monitor's look, which
+# sets its latch.  The monitor stopped, the look never comes: the wait
+# runs out (250 ms) in a few timed waits on its latch, at most one per 50
+# ms (strace: epoll_wait), not in sleeps of 1 ms polling (before: about
+# 250), and the statement then runs.
+{
+	ok($monitor_stop->(), 'the monitor is stopped before a new session starts');
+	my $s = $node->background_psql('postgres');
+	my $pid = $node->safe_psql('postgres',
+		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() ORDER BY backend_start DESC LIMIT 1");
+	my $r;
+	my @lines = GlibcMallocTest::traced_lines($pid, sub { $r = $s->query_safe('SELECT 1') },
+		'epoll_wait,epoll_pwait,select,pselect6,nanosleep,clock_nanosleep', '-e', 'raw=epoll_wait,epoll_pwait');
+	$monitor_continue->();
+	$s->quit;
+	my @timeouts = map { /epoll_p?wait\((?:[^,]+, ){3}(-?(?:0x)?[0-9a-f]+)/ ? $1 : () } @lines;
+	my @timed = grep { !/^(?:-1|0x(?:ffffffff){1,2})$/ } @timeouts;
+	my $sleeps = grep { /^(?:\d+\s+)?(?:select|pselect6|nanosleep|clock_nanosleep)\(/ } @lines;
+	diag sprintf('a new session\'s first statement, the monitor stopped: %d timed waits on its latch (%s ms), %d sleeps',
+		scalar @timed, join(' ', map { hex } @timed), $sleeps);
+	is($r, '1', 'its first statement runs once its wait for the look runs out');
+	cmp_ok(scalar @timed, '>=', 1, 'it waited for the look on its latch (epoll_wait with a timeout)');
+	cmp_ok(scalar @timed, '<=', 10, 'at most one wake-up per 50 ms: it does not poll');
+	is($sleeps, 0, 'and no sleep of its own (pg_usleep: select or nanosleep)');
 }
 
 # Statements that write rows an AFTER trigger keeps until their end (a
