@@ -988,6 +988,13 @@ plan_start(Query *parse, const char *query_string)
 		exec_peak = gm_statements_recorded_peak(parse->queryId, &mapped_peak, &plan_peak, &tracked);
 	/* (a share taken first: its limit covering it, the start need not wait for the look) */
 	plan_start_share(parse, query_string, exec_peak);
+	/*
+	 * A need of 1 MB or more is admitted in ExecutorStart, which raises
+	 * the limit by it (or waits for the look there): only its planning
+	 * must fit now.
+	 */
+	if (Max(exec_peak, mapped_peak) >= GM_WAIT_MIN_NEED)
+		exec_peak = mapped_peak = 0;
 	gm_guard_top_statement_start(plan_peak, exec_peak, mapped_peak);
 }
 

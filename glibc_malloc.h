@@ -351,6 +351,7 @@ extern void gm_shmem_await_look(bool on);
 extern bool gm_shmem_limits(int slotno, int pid, int64 *orig, int64 *own, int64 *guard, bool *guarded);
 extern int64 gm_shmem_set_guard_limit(int slotno, int pid, int64 *limit, int64 known);
 extern bool gm_shmem_guard_raise(int64 want);
+extern void gm_shmem_guard_set_pool(int64 pool);
 extern int64 gm_shmem_slot_guard_limit(int slotno);
 extern int64 gm_shmem_slot_own_limit(int slotno);
 extern bool gm_shmem_guard_statement_start(void);
@@ -502,7 +503,11 @@ typedef struct GmGuardInput
 	int64		usage;			/* its usage; -1 = unknown */
 	bool		engaged;		/* the guard was engaged before this look */
 	int64		asked_pending;	/* free heap asked for, not returned yet */
+	int			pool_share;		/* % of the budget held back for raises
+								 * between looks (GM_GUARD_POOL_SHARE) */
 } GmGuardInput;
+/* The monitor's pool_share: what statements take at once, until the next look counts it. */
+#define GM_GUARD_POOL_SHARE		25
 
 /* One guarded process: what was read of it, then what the policy decided. */
 typedef struct GmGuardProc
@@ -562,6 +567,7 @@ typedef struct GmGuardDecision
 								 * share of the margin, counted as usage */
 	int64		shift_unfunded; /* the reserves' floor past the shift's cap */
 	int64		message;		/* an idle process's room for a message */
+	int64		pool;			/* held back for raises until the next look */
 } GmGuardDecision;
 
 /*

@@ -286,4 +286,14 @@ gm_memory_wait_event(void)
 #define GM_MODIFY_INPUT(mt, i) ((mt)->mt_plans[i])
 #endif
 
+/*
+ * A wait event set for the life of the process: from PostgreSQL 17 it
+ * takes a resource owner (NULL: the session's), before a memory context.
+ */
+#if PG_VERSION_NUM >= 170000
+#define GM_CREATE_SESSION_WAIT_SET(n) CreateWaitEventSet(NULL, (n))
+#else
+#define GM_CREATE_SESSION_WAIT_SET(n) CreateWaitEventSet(TopMemoryContext, (n))
+#endif
+
 #endif							/* GLIBC_MALLOC_COMPAT_H */

@@ -32,7 +32,11 @@
  * (shmem.c) and set the lowest; the monitor checks it every tick.  A
  * process the monitor has not limited yet takes the guard's limit itself
  * at its first statement while the guard is engaged (first_limit), until
- * the monitor's look sets it.
+ * the monitor's look sets it.  A process the monitor limits raises the
+ * guard's limit itself by what it takes from the budget, from the pool
+ * the last look held back (gm_shmem_guard_raise), which the monitor's
+ * next look keeps; the waits that remain for a look sleep on the latch
+ * the look sets (gm_shmem_await_look).
  *
  * Which processes: gm_guarded_process() (settings.c).
  *
@@ -291,18 +295,40 @@ gm_guard_grant_run(bool on)
 }
 
 /*
+ * The set the waits for a look wait on (the latch, the postmaster's
+ * death), made once per process, where an ERROR is still harmless
+ * (look_set_make): on PostgreSQL 13 WaitLatch makes one at each call,
+ * which allocates and opens a descriptor, and first_limit must not fail.
+ */
+static WaitEventSet *look_set = NULL;
+
+/* Make look_set, once. */
+static void
+look_set_make(void)
+{
+	if (look_set != NULL)
+		return;
+	look_set = GM_CREATE_SESSION_WAIT_SET(2);
+	(void) AddWaitEventToSet(look_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+	(void) AddWaitEventToSet(look_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+}
+
+/*
  * One wait for the monitor's next look, with gm_shmem_await_look on: until
  * the look sets the latch, at most GM_LOOK_POLL_MS (a wake-up lost) and
  * until deadline (gm_monotonic_usec), at least 1 ms.  Interrupts are the
- * caller's to serve (look_interrupts).
+ * caller's to serve (look_interrupts).  An ERROR making look_set leaves
+ * the flag on until gm_guard_wait_end, at the transaction's abort.
  */
 static void
 look_wait(int64 deadline, uint32 wait_event_info)
 {
 	int64		left_ms = (deadline - gm_monotonic_usec() + 999) / 1000;
+	WaitEvent	event;
 
-	(void) WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-					 (long) Min(Max(left_ms, 1), GM_LOOK_POLL_MS), wait_event_info);
+	look_set_make();
+	(void) WaitEventSetWait(look_set, (long) Min(Max(left_ms, 1), GM_LOOK_POLL_MS), &event, 1,
+							wait_event_info);
 	ResetLatch(MyLatch);
 }
 
@@ -364,6 +390,8 @@ first_limit(void)
 	gm_shmem_claim();
 	if (gm_shmem_my_guard_limit() != GM_NO_LIMIT || gm_monotonic_usec() < retry_at)
 		return false;
+	/* (its wait's set made first: an ERROR there leaves no limit behind) */
+	look_set_make();
 	limit = gm_shmem_guard_first_limit(gm_proc_status_bytes(0, "VmData:"));
 	if (limit == GM_NO_LIMIT)
 		return false;
@@ -1179,6 +1207,8 @@ gm_guard_wait_end(void)
 {
 	start_share_held = false;
 	taken_covered = false;
+	/* (a wait for a look left by an ERROR) */
+	gm_shmem_await_look(false);
 	grant_pending = GM_NO_LIMIT;
 	grant_lift();
 	if (!wait_entered)

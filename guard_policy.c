@@ -527,6 +527,17 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 	}
 
 	/*
+	 * The pool: a part of what is left that no limit of this look gives
+	 * to anybody, from which a statement that takes a share, its need, or
+	 * more as it runs raises its own limit at once (gm_shmem_guard_raise),
+	 * until the next look counts what it took.  So the limits in force add
+	 * up to the budget at most, raises included.
+	 */
+	out->pool = gm_pct(budget, Min(Max(in->pool_share, 0), 100));
+	out->pool -= out->pool % GM_GUARD_GRAIN;
+	budget -= out->pool;
+
+	/*
 	 * Those not working: at most GM_GUARD_FLOOR each, from at most half of
 	 * the budget, and only twice their last growth while others work (their
 	 * reserve covers small work); all of the budget when none works.  And

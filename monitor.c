@@ -352,7 +352,7 @@ guard_set(int slot, int pid, int64 limit)
 	static bool warned = false;
 	int64		want;
 	int64		own;
-	int64		again;
+	int64		cur = GM_NO_LIMIT;
 	int64		known = guarded[slot].pid == pid ? guarded[slot].limit : GM_NO_LIMIT;
 
 	/* Even: a process's own first limit is odd (shmem.c). */
@@ -381,7 +381,9 @@ guard_set(int slot, int pid, int64 limit)
 		int64		rc;
 
 		own = gm_shmem_slot_own_limit(slot);
-		want = Min(limit, own);
+		/* What the slot holds now: this limit, or a raise of the process since. */
+		cur = gm_shmem_slot_guard_limit(slot);
+		want = Min(cur, own);
 
 		/*
 		 * Under ProcArrayLock, the slot and its PGPROC still holding pid:
@@ -413,11 +415,12 @@ guard_set(int slot, int pid, int64 limit)
 			}
 			return false;
 		}
-		if (gm_shmem_slot_own_limit(slot) == own && gm_shmem_slot_guard_limit(slot) == limit)
+		if (gm_shmem_slot_own_limit(slot) == own && gm_shmem_slot_guard_limit(slot) == cur)
 			break;
-		if (limit != GM_NO_LIMIT && (again = gm_shmem_slot_guard_limit(slot)) > limit && (again & 1) == 0)
-			guarded[slot].limit = limit = again;
 	}
+	/* A raise of the process since is kept until a look counts it (an even limit above). */
+	if (limit != GM_NO_LIMIT && cur != GM_NO_LIMIT && cur > limit && (cur & 1) == 0)
+		guarded[slot].limit = cur;
 	return true;
 }
 
@@ -1064,6 +1067,7 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 	in.usage = active ? l->usage : -1;
 	in.engaged = guard_engaged;
 	in.asked_pending = asked_pending();
+	in.pool_share = GM_GUARD_POOL_SHARE;
 	gm_guard_policy(&in, cands, ncand, &d);
 	guard_engaged = d.engaged;
 	for (int i = 0; i < ncand; i++)
@@ -1072,8 +1076,8 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 	/* The policy's inputs and outputs, for who debugs it (DEBUG2). */
 	if (d.engaged)
 	{
-		elog(DEBUG2, "glibc_malloc memory guard look: usage " INT64_FORMAT " headroom " INT64_FORMAT " asked " INT64_FORMAT " budget " INT64_FORMAT " reserve " INT64_FORMAT " %d of %d working",
-			 in.usage, d.headroom, in.asked_pending, d.budget, d.reserve, d.nworking, ncand);
+		elog(DEBUG2, "glibc_malloc memory guard look: usage " INT64_FORMAT " headroom " INT64_FORMAT " asked " INT64_FORMAT " budget " INT64_FORMAT " pool " INT64_FORMAT " reserve " INT64_FORMAT " %d of %d working",
+			 in.usage, d.headroom, in.asked_pending, d.budget, d.pool, d.reserve, d.nworking, ncand);
 		for (int i = 0; i < ncand; i++)
 			if (cands[i].working || cands[i].started)
 				elog(DEBUG2, "glibc_malloc memory guard look: pid %d vmdata " INT64_FORMAT " rss " INT64_FORMAT " growth " INT64_FORMAT " grown " INT64_FORMAT " waits %d started %d fresh %d (mapped " INT64_FORMAT ") reserved " INT64_FORMAT " since " UINT64_FORMAT " group %d: allow " INT64_FORMAT " limit " INT64_FORMAT,
@@ -1087,6 +1091,8 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 	guard_log_changes(l, &d, was_engaged, observe, ncand);
 	if (guard_engaged)
 		limited = guard_apply(l, &d, ncand, observe);
+	/* What raises may take until the next look, once its limits are set. */
+	gm_shmem_guard_set_pool(guard_engaged && !observe ? d.pool : 0);
 	guard_publish(l, &d, ncand, limited, would_fail, observe);
 }
 

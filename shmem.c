@@ -162,6 +162,8 @@ typedef struct GmSlot
 	pg_atomic_uint32 guard_starts;
 	/* the owner waits for the monitor's next look (gm_shmem_await_look) */
 	pg_atomic_uint32 look_waiter;
+	/* the pid the monitor set guard_limit for (0: none): only it raises it */
+	pg_atomic_uint32 guard_owner;
 	/* its top-level statement waits for its client inside itself (the owner writes it) */
 	bool		guard_in_statement;
 
@@ -201,6 +203,8 @@ typedef struct GmShared
 								 * move; -1 = unknown */
 	pg_atomic_uint64 wait_counts[GM_NWAIT_COUNTS];
 	pg_atomic_uint32 wait_looks;	/* the monitor's looks published */
+	pg_atomic_uint64 raise_pool;	/* what raises may take until the next
+									 * look (gm_shmem_guard_raise) */
 	pg_atomic_uint32 wait_waiting;	/* slots WAITING (changed under
 									 * wait_lock; read without it) */
 	pg_atomic_uint64 wait_taken;	/* what the admitted statements still
@@ -278,6 +282,7 @@ gm_shmem_startup(void)
 			pg_atomic_init_u32(&shared->slots[i].worker_limit_oom, 0);
 			pg_atomic_init_u32(&shared->slots[i].guard_starts, 0);
 			pg_atomic_init_u32(&shared->slots[i].look_waiter, 0);
+			pg_atomic_init_u32(&shared->slots[i].guard_owner, 0);
 			pg_atomic_init_u32(&shared->slots[i].wait.ended, 0);
 			pg_atomic_init_u64(&shared->slots[i].wait.counted, 0);
 			pg_atomic_init_u32(&shared->slots[i].wait.counted_held, 0);
@@ -294,6 +299,7 @@ gm_shmem_startup(void)
 		for (int k = 0; k < GM_NWAIT_COUNTS; k++)
 			pg_atomic_init_u64(&shared->wait_counts[k], 0);
 		pg_atomic_init_u32(&shared->wait_looks, 0);
+		pg_atomic_init_u64(&shared->raise_pool, 0);
 		pg_atomic_init_u32(&shared->wait_waiting, 0);
 		pg_atomic_init_u64(&shared->wait_taken, 0);
 		pg_atomic_init_u32(&shared->wait_held, 0);
@@ -371,6 +377,7 @@ release_slot(int code, Datum arg)
 	pg_atomic_write_u64(&slot->guard_limit, GM_NO_LIMIT);
 	pg_atomic_write_u32(&slot->worker_limit_oom, 0);
 	pg_atomic_write_u32(&slot->look_waiter, 0);
+	pg_atomic_write_u32(&slot->guard_owner, 0);
 	my_slot = NULL;
 }
 
@@ -409,6 +416,7 @@ claim_slot(void)
 	}
 	pg_atomic_write_u32(&slot->worker_limit_oom, 0);
 	pg_atomic_write_u32(&slot->look_waiter, 0);
+	pg_atomic_write_u32(&slot->guard_owner, 0);
 	slot->guard_working = false;
 	slot->guard_in_statement = false;
 	/* A crashed predecessor's: none survive (NONE stored before ended is cleared). */
@@ -1004,6 +1012,8 @@ gm_shmem_set_guard_limit(int slotno, int pid, int64 *limit, int64 known)
 	Assert(*limit == GM_NO_LIMIT || (*limit & 1) == 0);
 	if (slot->snap.pid != pid)
 		return -1;
+	/* Whose it is, before it is set: a process that took the slot since cannot raise it. */
+	pg_atomic_write_u32(&slot->guard_owner, *limit == GM_NO_LIMIT ? 0 : (uint32) pid);
 	/* A compare-and-swap, against the process's raise (a full barrier). */
 	expected = pg_atomic_read_u64(&slot->guard_limit);
 	for (;;)
@@ -1033,15 +1043,19 @@ gm_shmem_set_guard_limit(int slotno, int pid, int64 *limit, int64 known)
 }
 
 /*
- * This process took want - VmData from the budget (a start share, a
- * reservation, more for its executor): raise the guard's limit in its slot
- * to at least want (rounded up to even, as the monitor's are) at once,
- * rather than wait for the monitor's next look, where the monitor set the
- * limit in force; a compare-and-swap against the monitor's
- * (gm_shmem_set_guard_limit), which keeps it until a look that counts
- * what was taken.  Not over a first limit (odd: gm_shmem_guard_first_limit,
- * whose look replaces it), nor where there is none.  Returns whether it
- * raised the limit; the caller then sets its soft limit (set_limits).
+ * This process took from the budget what brings it to want (a start
+ * share, its admitted need, more for its running query, and its reserve):
+ * raise the guard's limit in its slot to want (rounded up to even, as the
+ * monitor's are) at once, rather than wait for the monitor's next look,
+ * where the monitor set the limit in force for this process; the raise
+ * is taken from the pool the last look held back (gm_guard_policy), so
+ * that the limits in force never add up to more than its budget.  A
+ * compare-and-swap against the monitor's (gm_shmem_set_guard_limit),
+ * which keeps it until a look that counts what was taken.  Not over a
+ * first limit (odd: gm_shmem_guard_first_limit, whose look replaces it),
+ * nor where there is none; past what the pool has, by what it has (the
+ * look serves the rest).  Returns whether it raised the limit; the caller
+ * then sets its soft limit (set_limits).
  */
 bool
 gm_shmem_guard_raise(int64 want)
@@ -1054,12 +1068,34 @@ gm_shmem_guard_raise(int64 want)
 	cur = pg_atomic_read_u64(&my_slot->guard_limit);
 	for (;;)
 	{
-		if ((int64) cur == GM_NO_LIMIT || (int64) cur >= want || (cur & 1) != 0)
+		uint64		pool pg_attribute_aligned(8);
+		uint64		delta;
+
+		if ((int64) cur == GM_NO_LIMIT || (int64) cur >= want || (cur & 1) != 0 ||
+			pg_atomic_read_u32(&my_slot->guard_owner) != (uint32) MyProcPid)
 			return false;
-		if (pg_atomic_compare_exchange_u64(&my_slot->guard_limit, &cur, (uint64) want))
+		/* The pool's bytes first (what it has, even), then the limit; given back if the limit moved. */
+		pool = pg_atomic_read_u64(&shared->raise_pool);
+		do
+		{
+			delta = Min((uint64) want - cur, pool & ~(uint64) 1);
+			if (delta == 0)
+				return false;
+		} while (!pg_atomic_compare_exchange_u64(&shared->raise_pool, &pool, pool - delta));
+		if (pg_atomic_compare_exchange_u64(&my_slot->guard_limit, &cur, cur + delta))
 			return true;
+		(void) pg_atomic_fetch_add_u64(&shared->raise_pool, (int64) delta);
 	}
 }
+
+/* The monitor: the pool its look held back for raises until the next (0: none). */
+void
+gm_shmem_guard_set_pool(int64 pool)
+{
+	if (shared != NULL)
+		pg_atomic_write_u64(&shared->raise_pool, (uint64) Max(pool, 0));
+}
+
 
 /*
  * A top-level statement starts in this process: count the start in the
@@ -2058,7 +2094,8 @@ gm_shmem_wait_publish(int64 room, int64 ceiling, const GmWaitLook *looks, int n)
 void
 gm_shmem_await_look(bool on)
 {
-	if (shared == NULL || my_slot == NULL || my_slot_pid != MyProcPid)
+	if (shared == NULL || my_slot == NULL || my_slot_pid != MyProcPid ||
+		(!on && pg_atomic_read_u32(&my_slot->look_waiter) == 0))
 		return;
 	pg_atomic_write_u32(&my_slot->look_waiter, on ? 1 : 0);
 	pg_memory_barrier();

@@ -34,11 +34,12 @@
 #    ANALYZE EXECUTE of a sort of
 #    800,000 md5 strings: the executor one level down checks itself as
 #    a query's does, and takes more as it grows (without it, no line);
-#  - a sort of about 100 MB in a session that was idle, the monitor
-#    stopped (SIGSTOP) throughout: what it takes from the budget raises
-#    its limit at once from its own backend (strace: its prlimit64 calls;
-#    /proc/PID/limits), it makes no timed wait, and it completes (before,
-#    it waited 250 ms for a look at each ask and got "out of memory");
+#  - a sort of about 100 MB that starts in a session counted working, the
+#    monitor stopped (SIGSTOP) until its limit moves: its start share
+#    raises its limit at once from its own backend, out of the pool the
+#    last look held back (/proc/PID/limits while the monitor is stopped;
+#    strace: its prlimit64 before any timed wait), and it completes
+#    (before, it waited for a look, its limit unchanged);
 #  - a new session's first statement, the monitor stopped: its wait for
 #    the look that would limit it (250 ms) is on its latch, which the
 #    look sets, with at most one wake-up per 50 ms (strace), not polling;
@@ -71,7 +72,9 @@ use lib $FindBin::RealBin;
 use GlibcMallocTest;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use Time::HiRes qw(sleep time);
+use Time::HiRes qw(sleep time usleep);
+use File::Temp ();
+use IPC::Run ();
 
 my $cg = test_cgroup_v1();
 
@@ -349,56 +352,69 @@ for my $form ('in the executor', 'in the planner')
 	is($shares1[2] - $shares0[2], $got, 'executor_shares counts those that got more');
 }
 
-# A sort of about 100 MB in a session that was idle, the monitor stopped
-# (SIGSTOP, seen asleep between two looks) from before it starts until it
-# ends: what its start share and its plan's asks take from the budget
-# raise its limit at once, from the backend itself (strace: its own
-# prlimit64 calls on RLIMIT_DATA; /proc/PID/limits after it, the monitor
-# still stopped, above what the monitor had set before it), so it
-# completes without any look, and it makes no timed wait (an epoll_wait
-# with a timeout: a wait for a look that cannot come).  Before, each ask
-# waited 250 ms for that look, at most once per look, and the sort got
-# "out of memory" at the limit the monitor had set last.
+# A sort of about 100 MB that starts in a session the monitor counts as
+# working (it waited for an advisory lock before), the monitor stopped
+# (SIGSTOP, seen asleep between two looks) as it starts, until its limit
+# moves: its start share raises its limit at once, from the backend
+# itself, out of the pool the last look held back.  /proc/PID/limits
+# shows the raise while the monitor is still stopped, and strace shows
+# the backend's own prlimit64 on RLIMIT_DATA before any timed wait (an
+# epoll_wait with a timeout: a wait for a look).  Before, the start waited
+# for a look that could not come (250 ms), its limit unchanged.
 {
 	ensure_headroom(115 * $MB);
-	my $headroom = headroom();
-	my $s = $node->background_psql('postgres', on_error_stop => 0);
-	$s->query_safe("SET work_mem = '1GB'; SET max_parallel_workers_per_gather = 0");
-	my $pid = $s->query_safe('SELECT pg_backend_pid()');
-	$s->query_safe('SET client_min_messages = debug2');
+	my $gate = $node->background_psql('postgres');
+	$gate->query_safe('SELECT pg_advisory_lock(4243)');
+	my $q = GlibcMallocTest::start_query($node, 'SELECT count(*) FROM (SELECT m FROM sortme ORDER BY 1) s',
+		"SET work_mem = '1GB'", 'SET max_parallel_workers_per_gather = 0', 'SET client_min_messages = debug2',
+		'SELECT pg_advisory_lock_shared(4243)');
+	my $pid;
+	wait_for(sub { ($pid) = $node->safe_psql('postgres',
+			"SELECT pid FROM pg_stat_activity WHERE wait_event = 'advisory' AND query LIKE 'SELECT pg_advisory_lock_shared(4243)%'") =~ /(\d+)/ }, 30);
+	ok($pid, 'a session waits for an advisory lock before its sort');
 	my $soft = sub { (eval { slurp_file("/proc/$pid/limits") } // '') =~ /^Max data size\s+(\d+)/m ? $1 : -1 };
-	# Counted idle by a look, its limit the monitor's.
-	wait_for(sub { $soft->() >= 0 }, 5);
+	ok(wait_for(sub { guard()->[0] eq 't' && $soft->() >= 0 }, 10), 'the guard is engaged and limits it');
 	sleep 0.5;
-	ok($monitor_stop->(), 'the monitor is stopped before the sort starts');
+	my (undef, $file) = File::Temp::tempfile();
+	my $strace = IPC::Run::start([ 'strace', '-qq', '-e', 'trace=prlimit64,epoll_wait,epoll_pwait', '-e', 'raw=epoll_wait,epoll_pwait',
+		'-o', $file, '-p', $pid ], '<', \undef, '>', \my $sout, '2>', \my $serr);
+	wait_for(sub { (slurp_file("/proc/$pid/status") =~ /^TracerPid:\s+(\d+)/m)[0] != 0 }, 10)
+	  or diag "strace did not attach: $serr";
+	my $stopped = $monitor_stop->();
 	my $before = $soft->();
-	$s->{stderr} = '';
-	my $r;
-	my $t0 = time;
-	my @lines = GlibcMallocTest::traced_lines($pid,
-		sub { $r = $s->query('SELECT count(*) FROM (SELECT m FROM sortme ORDER BY 1) s') // '' },
-		'prlimit64,epoll_wait,epoll_pwait', '-e', 'raw=epoll_wait,epoll_pwait');
-	my $took = time - $t0;
-	my $after = $soft->();
+	my $headroom = headroom();
+	my $stopped_at = time;
+	$gate->query_safe('SELECT pg_advisory_unlock(4243)');
+	my $raised = -1;
+	while (time - $stopped_at < 10)
+	{
+		eval { $q->{h}->pump_nb; 1 };
+		my $now = $soft->();
+		$raised = $now if $now > $raised;
+		last if $raised > $before || !$q->{h}->pumpable;
+		sleep 0.005;
+	}
 	$monitor_continue->();
-	my $err = $s->{stderr};
-	$s->query('RESET client_min_messages');
-	$s->quit;
-	my $raises = grep { /prlimit64\(0, RLIMIT_DATA, \{rlim_cur=/ } @lines;
-	# (raw: epoll_wait(fd, events, maxevents, timeout); epoll_pwait's timeout is its fourth too)
-	my @timeouts = map { /epoll_p?wait\((?:[^,]+, ){3}(-?(?:0x)?[0-9a-f]+)/ ? $1 : () } @lines;
-	my $timed = grep { !/^(?:-1|0x(?:ffffffff){1,2})$/ } @timeouts;
-	my $asks = () = $err =~ /glibc_malloc executor share: [1-9]/g;
-	diag sprintf('a sort with the monitor stopped (headroom %.0f MB): %s in %.1f s under strace, %d prlimit64 calls of its own, %d epoll waits (%d with a timeout), %d asks that got more; its limit %.0f MB before, %.0f MB after%s',
-		$headroom / $MB, $r eq '800000' ? 'completed' : 'failed', $took, $raises, scalar @timeouts, $timed, $asks,
-		$before / $MB, $after / $MB, $err =~ /(ERROR: .*)/ ? ": $1" : '');
-	is($r, '800000', 'a sort of about 100 MB completes with the monitor stopped throughout: it does not wait for a look');
-	cmp_ok($asks, '>=', 1, 'it took more from the budget as it ran (its DEBUG2 lines)');
-	cmp_ok($raises, '>=', 1, 'its backend set its own RLIMIT_DATA (prlimit64 on itself, strace)');
-	cmp_ok($after - $before, '>=', 32 * $MB, 'the kernel holds its limit raised by what it took, the monitor stopped (/proc/PID/limits)');
-	cmp_ok(scalar @timeouts, '>=', 1, 'strace saw its waits for its client (epoll)');
-	is($timed, 0, 'it made no timed wait: none for a look')
-	  or diag join '', grep { /epoll_p?wait\(/ } @lines;
+	my $stopped_for = time - $stopped_at;
+	$q = GlibcMallocTest::finish_query($q);
+	$gate->quit;
+	usleep(200_000);
+	$strace->signal('INT');
+	$strace->finish;
+	my @lines = split /\n/, slurp_file($file);
+	unlink $file;
+	my ($first_raise) = grep { $lines[$_] =~ /prlimit64\(0, RLIMIT_DATA, \{rlim_cur=/ } 0 .. $#lines;
+	my ($first_timed) = grep {
+		$lines[$_] =~ /epoll_p?wait\((?:[^,]+, ){3}(-?(?:0x)?[0-9a-f]+)/ && $1 !~ /^(?:-1|0x(?:ffffffff){1,2})$/
+	} 0 .. $#lines;
+	diag sprintf('a sort started with the monitor stopped (headroom %.0f MB): %s in %.1f s; its limit %.1f MB before, %.1f MB while the monitor was stopped (%.2f s); strace: its first own prlimit64 at line %s, its first timed wait at %s of %d%s',
+		$headroom / $MB, $q->{out} =~ /^800000$/m ? 'completed' : 'failed', $q->{secs}, $before / $MB, $raised / $MB,
+		$stopped_for, $first_raise // 'none', $first_timed // 'none', scalar @lines, $q->{err} =~ /(ERROR: .*)/ ? ": $1" : '');
+	like($q->{out}, qr/^800000$/m, 'the sort completes');
+	cmp_ok($raised, '>', $before, 'its limit rose while the monitor was stopped: the backend raised it itself (/proc/PID/limits)');
+	ok(defined $first_raise, 'its backend set its own RLIMIT_DATA (prlimit64 on itself, strace)');
+	ok(defined $first_raise && (!defined $first_timed || $first_raise < $first_timed),
+		'before any timed wait: it did not wait for a look to raise it');
 }
 
 # A new session's first statement while the guard is engaged and has not
@@ -408,7 +424,7 @@ for my $form ('in the executor', 'in the planner')
 # ms (strace: epoll_wait), not in sleeps of 1 ms polling (before: about
 # 250), and the statement then runs.
 {
-	ok($monitor_stop->(), 'the monitor is stopped before a new session starts');
+	$monitor_stop->();
 	my $s = $node->background_psql('postgres');
 	my $pid = $node->safe_psql('postgres',
 		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() ORDER BY backend_start DESC LIMIT 1");

@@ -390,6 +390,9 @@ main(void)
 	static GmGuardProc bigprocs[1000];
 	int64		sum;
 
+	/* No pool (pool_share 0) unless a table says so. */
+	memset(&in, 0, sizeof(in));
+
 	/* Levels: 800 MB: margin 64 MB (8 %), target 736, engage 576, release 536. */
 	gm_guard_levels(800 * MB, &lv);
 	ok(lv.target == 736 * MB, "800 MB: the target is 736 MB");
@@ -1140,6 +1143,8 @@ main(void)
 			in.usage = lv.release + (int64) (rnd() % 1000) * (lv.margin + lv.target - lv.release) / 1000;
 			in.engaged = true;
 			in.asked_pending = (int64) (rnd() % 20) * MB;
+			/* Half the rounds with the monitor's pool held back for raises. */
+			in.pool_share = round % 2 == 0 ? GM_GUARD_POOL_SHARE : 0;
 			for (int i = 0; i < np; i++)
 			{
 				int64		vm = (int64) (5 + rnd() % 300) * MB;
@@ -1191,8 +1196,9 @@ main(void)
 						group_key(p) != group_key(&procs[i - 1]))
 						bad_order++;
 			}
-			/* Working processes take all of it. */
-			if (sum > d.budget || (d.nworking > 0 && sum != d.budget))
+			/* Working processes take all of it, but the pool held back for raises. */
+			if (sum + d.pool > d.budget || (d.nworking > 0 && sum + d.pool != d.budget) ||
+				d.pool < 0 || (in.pool_share == 0 && d.pool != 0) || d.pool % (256 * 1024) != 0)
 				bad_budget++;
 			/* At most half of the margin, or at the floor with the rest counted as usage. */
 			if (d.reserve < MB ||
@@ -1200,7 +1206,8 @@ main(void)
 				 !(d.reserve == MB && d.shift == Min(Max((int64) np * MB - lv.margin, 0), in.limit / 100 * 20 + in.limit % 100 * 20 / 100))))
 				bad_reserve++;
 		}
-		ok(bad_budget == 0, "2000 random snapshots: the grants and the reserves' refills never exceed the budget, and take all of it when a process works");
+		ok(bad_budget == 0, "2000 random snapshots: the grants, the reserves' refills and the pool held back for raises never exceed the budget, and take all of it when a process works");
+		in.pool_share = 0;
 		ok(bad_reserve == 0, "the reserves take at most half of the margin, or sit at their 1 MB floor with what passes the margin counted as usage");
 		ok(bad_limit == 0, "every limit is VmData plus the grant, the message room (idle only) and the reserve (a working one's: what is left of it under its limit in force, and its refill), an idle one's above VmData");
 		ok(bad_working == 0, "working: started or running");
@@ -1655,6 +1662,43 @@ main(void)
 				ok(gm_guard_start_fits(t[i].vm, t[i].limit, t[i].reserve, t[i].plan, t[i].exec, t[i].mapped) == t[i].fits,
 				   name);
 			}
+		}
+
+		/*
+		 * The pool: with 100 MB of headroom in 800 MB, an admitted
+		 * statement that reserved 40 MB and has mapped none is served
+		 * first; a quarter of what is left is held back for raises between
+		 * looks (in 256 kB steps), and the two working statements share the
+		 * rest, so that the limits and the pool add up to the budget.
+		 */
+		{
+			GmGuardInput pin;
+			GmGuardDecision pd;
+			GmGuardProc pp[3];
+			int64		given = 0;
+
+			memset(&pin, 0, sizeof(pin));
+			pin.limit = 800 * MB;
+			pin.usage = 636 * MB;
+			pin.engaged = true;
+			pin.pool_share = GM_GUARD_POOL_SHARE;
+			for (int i = 0; i < 3; i++)
+			{
+				pp[i] = proc(i + 1, 20 * MB, MB, false, false);
+				pp[i].cur_limit = 30 * MB;
+			}
+			pp[0].reserved = 40 * MB;
+			gm_guard_policy(&pin, pp, 3, &pd);
+			for (int i = 0; i < 3; i++)
+				given += pp[i].allow + (pp[i].reserve - Min(pd.reserve, Max(pp[i].cur_limit - pp[i].vmdata, 0)));
+			ok(find(pp, 3, 1)->allow >= 40 * MB, "the pool: the admitted statement's 40 MB first");
+			ok(pd.pool > 0 && pd.pool % (256 * 1024) == 0 &&
+			   pd.pool <= (pd.budget - 40 * MB) / 4 && pd.pool > (pd.budget - 40 * MB) / 4 - 256 * 1024,
+			   "then a quarter of what is left held back for raises, in 256 kB steps");
+			ok(given + pd.pool == pd.budget, "the limits and the pool add up to the budget");
+			pin.pool_share = 0;
+			gm_guard_policy(&pin, pp, 3, &pd);
+			ok(pd.pool == 0, "pool_share 0: nothing held back");
 		}
 
 		/*
