@@ -456,8 +456,10 @@ gm_guard_statement_start(void)
  * gm_statements_recorded_peak gives them; -1 unknown) fit its reserve and
  * the limit it has (gm_guard_start_fits), or it holds what it took from
  * the budget (a start share, its admitted need) under a limit that covers
- * it: it then runs at once, and its executor's check takes more should it
- * grow past them.  Otherwise a flag test or two.
+ * it (an idle limit's room for a client message only where the pool paid
+ * for it, gm_shmem_guard_raise): it then runs at once, and its executor's
+ * check takes more should it grow past them.  Otherwise a flag test or
+ * two.
  */
 void
 gm_guard_top_statement_start(int64 plan, int64 exec, int64 mapped)
@@ -466,7 +468,7 @@ gm_guard_top_statement_start(int64 plan, int64 exec, int64 mapped)
 	/* A parallel worker's is taken at its statement start. */
 	if ((!IsParallelWorker() && first_limit()) || !gm_shmem_guard_statement_start())
 		return;
-	/* What it took from the budget, its limit covers: the look gives it no more. */
+	/* What it took from the budget, its limit covers (from the pool where idle): the look gives no more. */
 	if (taken_covered && gm_shmem_wait_holds())
 		return;
 	/* One read of /proc/self/statm, for a statement with a record only. */
@@ -764,39 +766,41 @@ admit_without_lock(int64 now, const GmFirstRound *first)
 /*
  * A statement whose process the guard limits took want - VmData from the
  * budget (admitted with its need, a start share, more for its executor):
- * its limit covers want and the reserve at once where the monitor set the
- * limit in force (gm_shmem_guard_raise).  Otherwise (a first limit, whose
- * look replaces it) wait, on the latch that the look sets, at most
- * GM_GUARD_START_WAIT_MS until its limit covers want, or a look that began
- * after the admission was
- * noted has set it (one that read the process before left it at its idle
- * or working share, and the executor would run into that before the next
- * look; the budget may not cover the whole need).  On the latch, at a
- * statement's start without a wait event (wait_event_info 0), as the
- * start's wait for the look that counts it working: part of its start,
- * not a wait for memory (memory_wait = 0 waits for none).  Returns whether
- * the limit covers want.
+ * its limit covers want and the reserve at once, out of the pool the last
+ * look held back, where the monitor set the limit in force
+ * (gm_shmem_guard_raise).  Otherwise (a first limit, whose look replaces
+ * it; the pool short; an idle limit whose room for a client message the
+ * pool could not pay for) wait, on the latch that the look sets, at most
+ * GM_GUARD_START_WAIT_MS, until a look counts it working under a limit
+ * that covers want, or two looks since the admission was noted have set
+ * it (the budget may not cover the whole need).  At a statement's start
+ * without a wait event (wait_event_info 0), as the start's wait for the
+ * look that counts it working: part of its start, not a wait for memory
+ * (memory_wait = 0 waits for none).  Returns whether the limit covers want.
  */
 static bool
 wait_for_reserved_limit(int64 want, uint32 looks0, uint32 wait_event_info)
 {
 	bool		covered;
-
 	int64		deadline = gm_monotonic_usec() + (int64) GM_GUARD_START_WAIT_MS * 1000;
 
 	/*
 	 * What it took from the budget raises its limit at once, with the
-	 * reserve, as the monitor's look would (which keeps it): no wait for
+	 * reserve, as the monitor's look would, out of the pool: no wait for
 	 * the look, where the monitor set the limit in force.
 	 */
-	if (gm_shmem_guard_raise(want + Max(gm_shmem_guard_reserve(), 0)))
+	if (gm_shmem_guard_raise(want + Max(gm_shmem_guard_reserve(), 0), gm_shmem_guard_counts_idle(), &covered))
 		set_limits();
+	if (covered)
+		return true;
 	gm_shmem_await_look(true);
 	for (;;)
 	{
 		int64		limit = gm_shmem_my_guard_limit();
 
-		covered = limit == GM_NO_LIMIT || limit >= (want & ~(int64) 1);
+		/* (the look's limit serves what was taken: an idle one's no longer) */
+		covered = limit == GM_NO_LIMIT ||
+			(limit >= (want & ~(int64) 1) && !gm_shmem_guard_counts_idle());
 		if (covered || gm_shmem_wait_looks() - looks0 >= 2 || gm_monotonic_usec() >= deadline)
 			break;
 		gm_shmem_guard_wake();

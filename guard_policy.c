@@ -527,17 +527,6 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 	}
 
 	/*
-	 * The pool: a part of what is left that no limit of this look gives
-	 * to anybody, from which a statement that takes a share, its need, or
-	 * more as it runs raises its own limit at once (gm_shmem_guard_raise),
-	 * until the next look counts what it took.  So the limits in force add
-	 * up to the budget at most, raises included.
-	 */
-	out->pool = gm_pct(budget, Min(Max(in->pool_share, 0), 100));
-	out->pool -= out->pool % GM_GUARD_GRAIN;
-	budget -= out->pool;
-
-	/*
 	 * Those not working: at most GM_GUARD_FLOOR each, from at most half of
 	 * the budget, and only twice their last growth while others work (their
 	 * reserve covers small work); all of the budget when none works.  And
@@ -546,6 +535,18 @@ gm_guard_policy(const GmGuardInput *in, GmGuardProc *procs, int n, GmGuardDecisi
 	message = Min(GM_GUARD_MESSAGE, budget);
 	message -= message % GM_GUARD_MESSAGE_GRAIN;
 	out->message = message;
+
+	/*
+	 * The pool: a part of what is left that no limit of this look gives
+	 * to anybody, from which a statement that takes a share, its need, or
+	 * more as it runs raises its own limit at once (gm_shmem_guard_raise),
+	 * until the next look counts what it took.  So the limits in force add
+	 * up to the budget at most, raises included (the message's room, above,
+	 * is taken from neither).
+	 */
+	out->pool = gm_pct(budget, Min(Max(in->pool_share, 0), 100));
+	out->pool -= out->pool % GM_GUARD_GRAIN;
+	budget -= out->pool;
 	if (nidle > 0)
 	{
 		int64		pool = nworking > 0 ? budget / 2 : budget;

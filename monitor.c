@@ -352,21 +352,19 @@ guard_set(int slot, int pid, int64 limit)
 	static bool warned = false;
 	int64		want;
 	int64		own;
-	int64		cur = GM_NO_LIMIT;
-	int64		known = guarded[slot].pid == pid ? guarded[slot].limit : GM_NO_LIMIT;
+	int64		cur;
 
 	/* Even: a process's own first limit is odd (shmem.c). */
 	if (limit != GM_NO_LIMIT)
 		limit &= ~(int64) 1;
-	/* (a raise the process took since this look read it stays: limit says so) */
-	if (gm_shmem_set_guard_limit(slot, pid, &limit, known) < 0)
+	guarded[slot].pid = limit == GM_NO_LIMIT ? 0 : pid;
+	guarded[slot].limit = limit;
+	guarded[slot].applied = limit != GM_NO_LIMIT;
+	if (gm_shmem_set_guard_limit(slot, pid, limit) < 0)
 	{
 		guarded[slot].pid = 0;	/* it left its slot */
 		return false;
 	}
-	guarded[slot].pid = limit == GM_NO_LIMIT ? 0 : pid;
-	guarded[slot].limit = limit;
-	guarded[slot].applied = limit != GM_NO_LIMIT;
 	/* Lifted: not counted as anything (a start waits for the next look). */
 	if (limit == GM_NO_LIMIT)
 		gm_shmem_set_guard_working(slot, pid, false);
@@ -418,9 +416,6 @@ guard_set(int slot, int pid, int64 limit)
 		if (gm_shmem_slot_own_limit(slot) == own && gm_shmem_slot_guard_limit(slot) == cur)
 			break;
 	}
-	/* A raise of the process since is kept until a look counts it (an even limit above). */
-	if (limit != GM_NO_LIMIT && cur != GM_NO_LIMIT && cur > limit && (cur & 1) == 0)
-		guarded[slot].limit = cur;
 	return true;
 }
 
@@ -1092,7 +1087,7 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 	if (guard_engaged)
 		limited = guard_apply(l, &d, ncand, observe);
 	/* What raises may take until the next look, once its limits are set. */
-	gm_shmem_guard_set_pool(guard_engaged && !observe ? d.pool : 0);
+	gm_shmem_guard_set_pool(guard_engaged && !observe ? d.pool : 0, d.message);
 	guard_publish(l, &d, ncand, limited, would_fail, observe);
 }
 
@@ -1115,6 +1110,8 @@ monitor_tick(void)
 				b3[32];
 
 	gm_memsource_detect(monitor_cgroup);
+	/* No raise until this look's pool: each one so far is in what it reads next. */
+	gm_shmem_guard_set_pool(0, -1);
 	/* What the admitted statements grew, read before the usage. */
 	nlooks = gm_shmem_wait_note_look(wait_looks);
 	for (int k = 0; k < nlooks; k++)
@@ -1271,6 +1268,7 @@ monitor_exit(int code, Datum arg)
 	pg_write_barrier();
 	st->changecount++;
 	/* Waiters run as without the wait. */
+	gm_shmem_guard_set_pool(0, 0);
 	gm_shmem_wait_publish(-1, -1, NULL, 0);
 }
 

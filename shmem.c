@@ -205,6 +205,8 @@ typedef struct GmShared
 	pg_atomic_uint32 wait_looks;	/* the monitor's looks published */
 	pg_atomic_uint64 raise_pool;	/* what raises may take until the next
 									 * look (gm_shmem_guard_raise) */
+	pg_atomic_uint64 raise_message;	/* the room for a message in an idle
+									 * limit, as of the last look */
 	pg_atomic_uint32 wait_waiting;	/* slots WAITING (changed under
 									 * wait_lock; read without it) */
 	pg_atomic_uint64 wait_taken;	/* what the admitted statements still
@@ -300,6 +302,7 @@ gm_shmem_startup(void)
 			pg_atomic_init_u64(&shared->wait_counts[k], 0);
 		pg_atomic_init_u32(&shared->wait_looks, 0);
 		pg_atomic_init_u64(&shared->raise_pool, 0);
+		pg_atomic_init_u64(&shared->raise_message, 0);
 		pg_atomic_init_u32(&shared->wait_waiting, 0);
 		pg_atomic_init_u64(&shared->wait_taken, 0);
 		pg_atomic_init_u32(&shared->wait_held, 0);
@@ -992,76 +995,66 @@ gm_shmem_slot_holds(int slotno, int pid)
 }
 
 /*
- * The monitor: set the guard's limit for pid in slot slotno; known is the
- * limit it set there last (GM_NO_LIMIT: none).  A limit the process raised
- * itself since (gm_shmem_guard_raise: even, above known) for what it took
- * from the budget after this look read it is not lowered: it stays, for
- * this look, and *limit says so.  Returns the soft limit the process
- * should now have (the lowest of the three), or -1 if the slot is no
- * longer pid's (then nothing is left in it).
+ * The monitor: set the guard's limit for pid in slot slotno.  A raise the
+ * process took (gm_shmem_guard_raise) is one this look counted: the pool
+ * it came from is emptied before the look reads the reservations
+ * (gm_shmem_guard_set_pool).  Returns the soft limit the process should
+ * now have (the lowest of the three), or -1 if the slot is no longer
+ * pid's (then nothing is left in it).
  */
 int64
-gm_shmem_set_guard_limit(int slotno, int pid, int64 *limit, int64 known)
+gm_shmem_set_guard_limit(int slotno, int pid, int64 limit)
 {
 	GmSlot	   *slot = &shared->slots[slotno];
-	uint64		expected pg_attribute_aligned(8);
+	uint64		expected pg_attribute_aligned(8) = (uint64) limit;
 	int64		orig;
 	int64		own;
 
 	/* Even (guard_set): never a process's own first limit, an odd one. */
-	Assert(*limit == GM_NO_LIMIT || (*limit & 1) == 0);
+	Assert(limit == GM_NO_LIMIT || (limit & 1) == 0);
 	if (slot->snap.pid != pid)
 		return -1;
 	/* Whose it is, before it is set: a process that took the slot since cannot raise it. */
-	pg_atomic_write_u32(&slot->guard_owner, *limit == GM_NO_LIMIT ? 0 : (uint32) pid);
-	/* A compare-and-swap, against the process's raise (a full barrier). */
-	expected = pg_atomic_read_u64(&slot->guard_limit);
-	for (;;)
-	{
-		int64		cur = (int64) expected;
-
-		if (*limit != GM_NO_LIMIT && cur != GM_NO_LIMIT && (cur & 1) == 0 &&
-			cur != known && cur > *limit)
-		{
-			*limit = cur;
-			pg_memory_barrier();
-			break;
-		}
-		if (pg_atomic_compare_exchange_u64(&slot->guard_limit, &expected, (uint64) *limit))
-			break;
-	}
+	pg_atomic_write_u32(&slot->guard_owner, limit == GM_NO_LIMIT ? 0 : (uint32) pid);
+	pg_atomic_write_u64(&slot->guard_limit, limit);
+	pg_atomic_fetch_add_u32(&slot->requests, 0);	/* a full barrier */
 	if (slot->snap.pid != pid)
 	{
 		/* A new process took the slot meanwhile: take the limit back. */
-		expected = (uint64) *limit;
 		(void) pg_atomic_compare_exchange_u64(&slot->guard_limit, &expected, GM_NO_LIMIT);
 		return -1;
 	}
 	orig = (int64) pg_atomic_read_u64(&slot->orig_limit);
 	own = (int64) pg_atomic_read_u64(&slot->own_limit);
-	return Min(orig, Min(own, *limit));
+	return Min(orig, Min(own, limit));
 }
 
 /*
  * This process took from the budget what brings it to want (a start
- * share, its admitted need, more for its running query, and its reserve):
+ * share, its admitted need, more for its running query, and its reserve;
+ * idle: the monitor's last look counted it as not working):
  * raise the guard's limit in its slot to want (rounded up to even, as the
  * monitor's are) at once, rather than wait for the monitor's next look,
  * where the monitor set the limit in force for this process; the raise
  * is taken from the pool the last look held back (gm_guard_policy), so
- * that the limits in force never add up to more than its budget.  A
- * compare-and-swap against the monitor's (gm_shmem_set_guard_limit),
- * which keeps it until a look that counts what was taken.  Not over a
- * first limit (odd: gm_shmem_guard_first_limit, whose look replaces it),
- * nor where there is none; past what the pool has, by what it has (the
- * look serves the rest).  Returns whether it raised the limit; the caller
- * then sets its soft limit (set_limits).
+ * that the limits in force, raises included, add up to the budget at
+ * most; the next look counts what was taken.  A compare-and-swap on the
+ * slot (the limit and its owner read without a barrier between: a stale
+ * owner only refuses).  Not over a first limit (odd:
+ * gm_shmem_guard_first_limit, whose look replaces it), nor where there is
+ * none; past what the pool has, by what it has (the look serves the
+ * rest).  An idle limit's room for a client message (the look's) is not
+ * the budget's: what the share takes of it comes from the pool too, the
+ * limit unchanged.  Returns whether it raised the limit (the caller then
+ * sets its soft limit, set_limits), and in *covered whether the limit
+ * covers want from what the budget counts (no limit: true).
  */
 bool
-gm_shmem_guard_raise(int64 want)
+gm_shmem_guard_raise(int64 want, bool idle, bool *covered)
 {
 	uint64		cur pg_attribute_aligned(8);
 
+	*covered = false;
 	if (shared == NULL || my_slot == NULL || my_slot_pid != MyProcPid || want < 0)
 		return false;
 	want += want & 1;
@@ -1070,30 +1063,69 @@ gm_shmem_guard_raise(int64 want)
 	{
 		uint64		pool pg_attribute_aligned(8);
 		uint64		delta;
+		uint64		base;
+		uint64		to;
 
-		if ((int64) cur == GM_NO_LIMIT || (int64) cur >= want || (cur & 1) != 0 ||
-			pg_atomic_read_u32(&my_slot->guard_owner) != (uint32) MyProcPid)
+		if ((int64) cur == GM_NO_LIMIT)
+		{
+			*covered = true;
 			return false;
-		/* The pool's bytes first (what it has, even), then the limit; given back if the limit moved. */
+		}
+		if ((cur & 1) != 0 || pg_atomic_read_u32(&my_slot->guard_owner) != (uint32) MyProcPid)
+		{
+			*covered = !idle && (int64) cur >= want;
+			return false;
+		}
+		/* What the budget counts of the limit: not an idle one's room for a client message. */
+		base = cur;
+		if (idle)
+			base -= Min(cur, (uint64) Max(pg_atomic_read_u64(&shared->raise_message), 0));
+		if ((int64) base >= want)
+		{
+			*covered = true;
+			return false;
+		}
+
+		/*
+		 * The pool's bytes first, what it has up to the raise (even: a
+		 * statement near its limit gets room now, and the look serves the
+		 * rest); then the limit, where it does not cover them already.
+		 * Not given back if the limit moved meanwhile (a look's, which
+		 * counted the claim): the pool may have been emptied and written
+		 * again since, and bytes lost until the next look are the safe
+		 * error.
+		 */
 		pool = pg_atomic_read_u64(&shared->raise_pool);
 		do
 		{
-			delta = Min((uint64) want - cur, pool & ~(uint64) 1);
+			delta = Min((uint64) want - base, pool & ~(uint64) 1);
 			if (delta == 0)
 				return false;
 		} while (!pg_atomic_compare_exchange_u64(&shared->raise_pool, &pool, pool - delta));
-		if (pg_atomic_compare_exchange_u64(&my_slot->guard_limit, &cur, cur + delta))
-			return true;
-		(void) pg_atomic_fetch_add_u64(&shared->raise_pool, (int64) delta);
+		to = Max(cur, base + delta);
+		if (to == cur || pg_atomic_compare_exchange_u64(&my_slot->guard_limit, &cur, to))
+		{
+			*covered = base + delta >= (uint64) want;
+			return to != cur;
+		}
 	}
 }
 
-/* The monitor: the pool its look held back for raises until the next (0: none). */
+/*
+ * The monitor: the pool its look held back for raises until the next,
+ * and the room for a client message its idle limits hold (-1: as it
+ * was); a pool of 0 (none) as a look begins, before it reads the
+ * reservations, so that each raise is one the look that follows counts,
+ * and as it exits.
+ */
 void
-gm_shmem_guard_set_pool(int64 pool)
+gm_shmem_guard_set_pool(int64 pool, int64 message)
 {
-	if (shared != NULL)
-		pg_atomic_write_u64(&shared->raise_pool, (uint64) Max(pool, 0));
+	if (shared == NULL)
+		return;
+	if (message >= 0)
+		pg_atomic_write_u64(&shared->raise_message, (uint64) message);
+	pg_atomic_write_u64(&shared->raise_pool, (uint64) Max(pool, 0));
 }
 
 

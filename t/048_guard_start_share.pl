@@ -378,12 +378,13 @@ for my $form ('in the executor', 'in the planner')
 	my (undef, $file) = File::Temp::tempfile();
 	my $strace = IPC::Run::start([ 'strace', '-qq', '-e', 'trace=prlimit64,epoll_wait,epoll_pwait', '-e', 'raw=epoll_wait,epoll_pwait',
 		'-o', $file, '-p', $pid ], '<', \undef, '>', \my $sout, '2>', \my $serr);
-	wait_for(sub { (slurp_file("/proc/$pid/status") =~ /^TracerPid:\s+(\d+)/m)[0] != 0 }, 10)
+	ok(wait_for(sub { (slurp_file("/proc/$pid/status") =~ /^TracerPid:\s+(\d+)/m)[0] != 0 }, 10), 'strace is attached to its backend')
 	  or diag "strace did not attach: $serr";
 	my $stopped = $monitor_stop->();
 	my $before = $soft->();
 	my $headroom = headroom();
 	my $stopped_at = time;
+	# (not stopped, the monitor's looks would raise the limit: the checks below would say nothing)
 	$gate->query_safe('SELECT pg_advisory_unlock(4243)');
 	my $raised = -1;
 	while (time - $stopped_at < 10)
@@ -411,10 +412,14 @@ for my $form ('in the executor', 'in the planner')
 		$headroom / $MB, $q->{out} =~ /^800000$/m ? 'completed' : 'failed', $q->{secs}, $before / $MB, $raised / $MB,
 		$stopped_for, $first_raise // 'none', $first_timed // 'none', scalar @lines, $q->{err} =~ /(ERROR: .*)/ ? ": $1" : '');
 	like($q->{out}, qr/^800000$/m, 'the sort completes');
-	cmp_ok($raised, '>', $before, 'its limit rose while the monitor was stopped: the backend raised it itself (/proc/PID/limits)');
-	ok(defined $first_raise, 'its backend set its own RLIMIT_DATA (prlimit64 on itself, strace)');
-	ok(defined $first_raise && (!defined $first_timed || $first_raise < $first_timed),
-		'before any timed wait: it did not wait for a look to raise it');
+	SKIP:
+	{
+		skip 'the monitor could not be stopped asleep', 3 unless $stopped;
+		cmp_ok($raised, '>', $before, 'its limit rose while the monitor was stopped: the backend raised it itself (/proc/PID/limits)');
+		ok(defined $first_raise, 'its backend set its own RLIMIT_DATA (prlimit64 on itself, strace)');
+		ok(defined $first_raise && (!defined $first_timed || $first_raise < $first_timed),
+			'before any timed wait: it did not wait for a look to raise it');
+	}
 }
 
 # A new session's first statement while the guard is engaged and has not
@@ -424,10 +429,12 @@ for my $form ('in the executor', 'in the planner')
 # ms (strace: epoll_wait), not in sleeps of 1 ms polling (before: about
 # 250), and the statement then runs.
 {
-	$monitor_stop->();
-	my $s = $node->background_psql('postgres');
+	ok(wait_for(sub { guard()->[0] eq 't' }, 10), 'the guard is engaged before a new session starts');
+	my $stopped = $monitor_stop->();
+	my $s = do { local $ENV{PGAPPNAME} = 'gm_first_statement'; $node->background_psql('postgres') };
 	my $pid = $node->safe_psql('postgres',
-		"SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() ORDER BY backend_start DESC LIMIT 1");
+		"SELECT pid FROM pg_stat_activity WHERE application_name = 'gm_first_statement'");
+	like($pid, qr/^\d+$/, 'the new session is found by its application_name');
 	my $r;
 	my @lines = GlibcMallocTest::traced_lines($pid, sub { $r = $s->query_safe('SELECT 1') },
 		'epoll_wait,epoll_pwait,select,pselect6,nanosleep,clock_nanosleep', '-e', 'raw=epoll_wait,epoll_pwait');
@@ -439,9 +446,13 @@ for my $form ('in the executor', 'in the planner')
 	diag sprintf('a new session\'s first statement, the monitor stopped: %d timed waits on its latch (%s ms), %d sleeps',
 		scalar @timed, join(' ', map { hex } @timed), $sleeps);
 	is($r, '1', 'its first statement runs once its wait for the look runs out');
-	cmp_ok(scalar @timed, '>=', 1, 'it waited for the look on its latch (epoll_wait with a timeout)');
-	cmp_ok(scalar @timed, '<=', 10, 'at most one wake-up per 50 ms: it does not poll');
-	is($sleeps, 0, 'and no sleep of its own (pg_usleep: select or nanosleep)');
+	SKIP:
+	{
+		skip 'the monitor could not be stopped asleep', 3 unless $stopped;
+		cmp_ok(scalar @timed, '>=', 1, 'it waited for the look on its latch (epoll_wait with a timeout)');
+		cmp_ok(scalar @timed, '<=', 10, 'at most one wake-up per 50 ms: it does not poll');
+		is($sleeps, 0, 'and no sleep of its own (pg_usleep: select or nanosleep)');
+	}
 }
 
 # Statements that write rows an AFTER trigger keeps until their end (a
