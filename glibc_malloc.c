@@ -180,9 +180,6 @@ static QueryDesc *reserved_desc = NULL;
  */
 static bool plan_tried = false;
 static bool planned_share = false;
-/* The top-level query's recorded executor needs, for its start (-1 unknown). */
-static int64 start_exec_peak = -1;
-static int64 start_mapped_peak = -1;
 
 /*
  * A top-level utility statement that went through the admission runs: its
@@ -498,7 +495,6 @@ wait_for_memory(QueryDesc *queryDesc, int eflags)
 	uint64		queryid;
 	int64		exec_peak;
 	int64		mapped_peak;
-	int64		plan_peak;
 	int64		waited;
 	bool		tracked;
 	bool		planned = planned_share && gm_guard_holds_start_share();
@@ -507,7 +503,6 @@ wait_for_memory(QueryDesc *queryDesc, int eflags)
 
 	planned_share = plan_tried = false;
 	mapped_desc = NULL;
-	start_exec_peak = start_mapped_peak = -1;
 	/* Only a client's portal: not deferred triggers or login event triggers. */
 	if (ActivePortal == NULL || (eflags & EXEC_FLAG_EXPLAIN_ONLY) || !gm_guard_may_wait())
 	{
@@ -518,9 +513,7 @@ wait_for_memory(QueryDesc *queryDesc, int eflags)
 	if (!planned)
 		gm_guard_wait_end();
 	queryid = queryDesc->plannedstmt->queryId;
-	exec_peak = gm_statements_recorded_peak(queryid, &mapped_peak, &plan_peak, &tracked);
-	start_exec_peak = exec_peak;
-	start_mapped_peak = mapped_peak;
+	exec_peak = gm_statements_recorded_peak(queryid, &mapped_peak, &tracked);
 	/* Not a parallel plan: its shared memory would count as mapped. */
 	if (tracked && !queryDesc->plannedstmt->parallelModeNeeded &&
 		gm_guard_measures_mapped(exec_peak, mapped_peak))
@@ -746,7 +739,7 @@ gm_ExecutorStart(QueryDesc *queryDesc, int eflags)
 	if (nesting == 0)
 	{
 		wait_for_memory(queryDesc, eflags);
-		gm_guard_top_statement_start(0, start_exec_peak, start_mapped_peak);
+		gm_guard_top_statement_start();
 	}
 	statement_start();
 	gm_doctor_statement_start(queryDesc);
@@ -944,13 +937,16 @@ gm_ExecutorFinish(QueryDesc *queryDesc)
 
 /*
  * A top-level query's planning, while the guard is engaged: one without a
- * record (exec_peak, from gm_statements_recorded_peak; -1 none) takes its
- * start share now (constant folding may allocate much), and its executor
- * keeps it (wait_for_memory).  A flag test when not engaged.
+ * record takes its start share now (constant folding may allocate much),
+ * and its executor keeps it (wait_for_memory).  A flag test when not
+ * engaged.
  */
 static void
-plan_start_share(Query *parse, const char *query_string, int64 exec_peak)
+plan_start_share(Query *parse, const char *query_string)
 {
+	int64		mapped_peak;
+	bool		tracked;
+
 	planned_share = plan_tried = false;
 
 	/*
@@ -961,41 +957,12 @@ plan_start_share(Query *parse, const char *query_string, int64 exec_peak)
 	 */
 	if (!gm_shmem_guard_engaged() || !gm_guard_may_wait() ||
 		(ActivePortal == NULL && (query_string == NULL || query_string != debug_query_string)) ||
-		exec_peak >= 0)
+		gm_statements_recorded_peak(parse->queryId, &mapped_peak, &tracked) >= 0)
 		return;
 	plan_tried = true;
 	/* (a suspended portal's reservation ended: its end must not end this) */
 	if ((planned_share = gm_guard_take_start_share()))
 		reserved_desc = NULL;
-}
-
-/*
- * A top-level query's planning starts: while the guard is engaged, its
- * record (planning and executor needs) decides whether it takes a start
- * share (plan_start_share), and whether it then waits for the monitor's
- * look (gm_guard_top_statement_start).  One lookup, cached (pgbench -S
- * takes no lock at each).
- */
-static void
-plan_start(Query *parse, const char *query_string)
-{
-	int64		exec_peak = -1;
-	int64		mapped_peak = -1;
-	int64		plan_peak = -1;
-	bool		tracked;
-
-	if (gm_shmem_guard_engaged() && gm_guard_may_wait())
-		exec_peak = gm_statements_recorded_peak(parse->queryId, &mapped_peak, &plan_peak, &tracked);
-	/* (a share taken first: its limit covering it, the start need not wait for the look) */
-	plan_start_share(parse, query_string, exec_peak);
-	/*
-	 * A need of 1 MB or more is admitted in ExecutorStart, which raises
-	 * the limit by it (or waits for the look there): only its planning
-	 * must fit now.
-	 */
-	if (Max(exec_peak, mapped_peak) >= GM_WAIT_MIN_NEED)
-		exec_peak = mapped_peak = 0;
-	gm_guard_top_statement_start(plan_peak, exec_peak, mapped_peak);
 }
 
 /*
@@ -1015,7 +982,10 @@ gm_planner(Query *parse, const char *query_string, int cursorOptions,
 		params_evaluated(query_string);
 	/* Planning is the statement's work too: it may allocate much. */
 	if (nesting == 0)
-		plan_start(parse, query_string);
+	{
+		gm_guard_top_statement_start();
+		plan_start_share(parse, query_string);
+	}
 	old = gm_statements_plan_start(parse, nesting, &planner_cxt);
 	nesting++;
 	PG_TRY();
@@ -1276,7 +1246,6 @@ utility_wait_for_memory(PlannedStmt *pstmt, GmUtilityMark *mark)
 {
 	int64		exec_peak;
 	int64		mapped_peak;
-	int64		plan_peak;
 	int64		waited;
 	bool		tracked;
 
@@ -1286,7 +1255,7 @@ utility_wait_for_memory(PlannedStmt *pstmt, GmUtilityMark *mark)
 	/* Not recorded (recording off, no queryid): a start share while engaged. */
 	if (!mark->tracked || !mark->key.toplevel)
 		return (utility_reserved = gm_guard_take_start_share());
-	exec_peak = gm_statements_recorded_peak(mark->key.queryid, &mapped_peak, &plan_peak, &tracked);
+	exec_peak = gm_statements_recorded_peak(mark->key.queryid, &mapped_peak, &tracked);
 	/*
 	 * Measured as a query is (not recorded yet, or a need of 1 MB or
 	 * more); one that runs no executor at every run, as a need recorded
@@ -1360,7 +1329,7 @@ gm_ProcessUtility(GM_PU_ARGS)
 		planned_share = plan_tried = false;
 		utility_exec_took = false;
 		gm_guard_wait_end();
-		gm_guard_top_statement_start(-1, -1, -1);
+		gm_guard_top_statement_start();
 		if (copy_from_client(pstmt->utilityStmt))
 			gm_guard_reads_client(true);
 	}

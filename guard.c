@@ -177,8 +177,6 @@ static bool statement_unchecked = false;
 
 /* The statement holds a start share (gm_guard_take_start_share), until gm_guard_wait_end. */
 static bool start_share_held = false;
-/* What the statement took from the budget (a start share, its need admitted), its limit covered at once. */
-static bool taken_covered = false;
 static int64 grant_limit = GM_NO_LIMIT;
 
 static void set_limits(void);
@@ -448,33 +446,18 @@ gm_guard_statement_start(void)
 /*
  * A top-level statement starts.  While the memory guard limits this
  * process and counted it as idle (a limit of its VmData, its reserve and
- * what it grew), or has not limited it yet (first_limit), tell the
- * monitor, and wait for its next look (at most GM_GUARD_START_WAIT_MS),
- * which counts it as working and raises its limit to a working share
- * before the executor allocates; unless its recorded needs (plan: its
- * planning's, 0 once planned; exec and mapped: its executor's, as
- * gm_statements_recorded_peak gives them; -1 unknown) fit its reserve and
- * the limit it has (gm_guard_start_fits), or it holds what it took from
- * the budget (a start share, its admitted need) under a limit that covers
- * it (an idle limit's room for a client message only where the pool paid
- * for it, gm_shmem_guard_raise): it then runs at once, and its executor's
- * check takes more should it grow past them.  Otherwise a flag test or
- * two.
+ * what it grew, and room for a client message that no budget counts), or
+ * has not limited it yet (first_limit), tell the monitor, and wait for its
+ * next look (at most GM_GUARD_START_WAIT_MS; on the latch the look sets),
+ * which counts it as working and gives it a working share before the
+ * executor allocates.  Otherwise a flag test or two.
  */
 void
-gm_guard_top_statement_start(int64 plan, int64 exec, int64 mapped)
+gm_guard_top_statement_start(void)
 {
 	statement_unchecked = true;
 	/* A parallel worker's is taken at its statement start. */
 	if ((!IsParallelWorker() && first_limit()) || !gm_shmem_guard_statement_start())
-		return;
-	/* What it took from the budget, its limit covers (from the pool where idle): the look gives no more. */
-	if (taken_covered && gm_shmem_wait_holds())
-		return;
-	/* One read of /proc/self/statm, for a statement with a record only. */
-	if (exec >= 0 && plan >= 0 &&
-		gm_guard_start_fits(gm_proc_statm_data_bytes(), gm_shmem_my_guard_limit(),
-							gm_shmem_guard_reserve(), plan, exec, mapped))
 		return;
 	gm_shmem_guard_wake();
 	wait_counted_working();
@@ -789,7 +772,7 @@ wait_for_reserved_limit(int64 want, uint32 looks0, uint32 wait_event_info)
 	 * reserve, as the monitor's look would, out of the pool: no wait for
 	 * the look, where the monitor set the limit in force.
 	 */
-	if (gm_shmem_guard_raise(want + Max(gm_shmem_guard_reserve(), 0), gm_shmem_guard_counts_idle(), &covered))
+	if (gm_shmem_guard_raise(want + Max(gm_shmem_guard_reserve(), 0), &covered))
 		set_limits();
 	if (covered)
 		return true;
@@ -959,7 +942,7 @@ gm_guard_take_start_share(void)
 		return false;
 	gm_shmem_wait_count(GM_WAIT_START_SHARES, 1);
 	looks0 = gm_shmem_wait_looks();
-	taken_covered = wait_for_reserved_limit(vm + share, looks0, 0);
+	(void) wait_for_reserved_limit(vm + share, looks0, 0);
 	return true;
 }
 
@@ -1124,7 +1107,7 @@ wait_for_need(int64 need, bool may_wait)
 				int64		base = admitted_base(waited, &first);
 
 				if (base >= 0)
-					taken_covered = wait_for_reserved_limit(base + need, looks0, 0);
+					(void) wait_for_reserved_limit(base + need, looks0, 0);
 				break;
 			}
 		case GM_ROUND_GRANTED:
@@ -1151,7 +1134,7 @@ wait_for_need(int64 need, bool may_wait)
 	 * start again, which waits for the look that counts it working and
 	 * gives it its reservation, before the executor allocates.
 	 */
-	gm_guard_top_statement_start(-1, -1, -1);
+	gm_guard_top_statement_start();
 	return waited;
 }
 
@@ -1210,7 +1193,6 @@ void
 gm_guard_wait_end(void)
 {
 	start_share_held = false;
-	taken_covered = false;
 	/* (a wait for a look left by an ERROR) */
 	gm_shmem_await_look(false);
 	grant_pending = GM_NO_LIMIT;

@@ -182,9 +182,6 @@
 										 * from 2 CPUs, docs/design.md), 1.8
 										 * times that per CPU */
 #define GM_GLANCE_RATE_MS	50
-#define GM_START_FIT_SLACK	(512 * 1024)	/* a statement that starts
-											 * without the look leaves this
-											 * much of its reserve */
 #define GM_GUARD_START_SHARE (16 * MB)	/* a statement whose need is unknown
 										 * takes at most this at its start */
 
@@ -728,29 +725,6 @@ gm_guard_mapped_need(int64 need, int64 mapped, int64 at_exec)
 		return mapped;
 	permille = (mapped / at_exec) * 1000 + ((mapped % at_exec) * 1000 + at_exec - 1) / at_exec;
 	return Max(need, need / 1000 * permille + need % 1000 * permille / 1000);
-}
-
-/*
- * Whether a top-level statement that starts in a process the guard counts
- * as idle fits what it has, so that it need not wait for the monitor's
- * look to run: its recorded needs, planning (plan; 0 once planned) and
- * executor (exec, mapping mapped; -1 unknown: exec times 1.25, as an
- * admission counts it), and GM_START_FIT_SLACK, within the reserve (the
- * small work every process may do, which the margin holds, where the rest
- * of an idle limit's room for a client message is not counted) and within
- * its limit above its VmData vm.  No record or an unknown reading (-1):
- * false.  Past its record, its executor's check takes more
- * (gm_guard_executor_check).
- */
-bool
-gm_guard_start_fits(int64 vm, int64 limit, int64 reserve, int64 plan, int64 exec, int64 mapped)
-{
-	int64		need;
-
-	if (vm < 0 || reserve < 0 || limit == GM_NO_LIMIT || limit <= vm || plan < 0 || exec < 0)
-		return false;
-	need = plan + (mapped >= exec ? mapped : exec + exec / 4) + GM_START_FIT_SLACK;
-	return need <= reserve && need <= limit - vm;
 }
 
 /*

@@ -866,10 +866,14 @@ guard_apply(const GmLimits *l, GmGuardDecision *dp, int ncand, bool observe)
 			/*
 			 * A small raise waits while the limit in force leaves room (read
 			 * with prlimit, unless the process idles since the last look:
-			 * then the limit set is in force).
+			 * then the limit set is in force), and is the one the monitor
+			 * set: a raise the process took from the pool since is set again
+			 * from this look, which counted it (else it would stay, counted
+			 * by no look's budget).
 			 */
 			if (!c->set &&
 				gm_shmem_limits(c->slot, c->pid, &orig, &own, &cur, NULL) &&
+				cur == guarded[c->slot].limit &&
 				(guarded[c->slot].reused ||
 				 (gm_data_limit(c->pid, &soft, &hard) && soft == Min(orig, Min(own, cur)))))
 				limited++;
@@ -1087,7 +1091,7 @@ guard_tick(const GmLimits *l, const GmSnapshot *snaps, int n)
 	if (guard_engaged)
 		limited = guard_apply(l, &d, ncand, observe);
 	/* What raises may take until the next look, once its limits are set. */
-	gm_shmem_guard_set_pool(guard_engaged && !observe ? d.pool : 0, d.message);
+	gm_shmem_guard_set_pool(guard_engaged && !observe ? d.pool : 0);
 	guard_publish(l, &d, ncand, limited, would_fail, observe);
 }
 
@@ -1111,7 +1115,7 @@ monitor_tick(void)
 
 	gm_memsource_detect(monitor_cgroup);
 	/* No raise until this look's pool: each one so far is in what it reads next. */
-	gm_shmem_guard_set_pool(0, -1);
+	gm_shmem_guard_set_pool(0);
 	/* What the admitted statements grew, read before the usage. */
 	nlooks = gm_shmem_wait_note_look(wait_looks);
 	for (int k = 0; k < nlooks; k++)
@@ -1268,7 +1272,7 @@ monitor_exit(int code, Datum arg)
 	pg_write_barrier();
 	st->changecount++;
 	/* Waiters run as without the wait. */
-	gm_shmem_guard_set_pool(0, 0);
+	gm_shmem_guard_set_pool(0);
 	gm_shmem_wait_publish(-1, -1, NULL, 0);
 }
 

@@ -205,8 +205,6 @@ typedef struct GmShared
 	pg_atomic_uint32 wait_looks;	/* the monitor's looks published */
 	pg_atomic_uint64 raise_pool;	/* what raises may take until the next
 									 * look (gm_shmem_guard_raise) */
-	pg_atomic_uint64 raise_message;	/* the room for a message in an idle
-									 * limit, as of the last look */
 	pg_atomic_uint32 wait_waiting;	/* slots WAITING (changed under
 									 * wait_lock; read without it) */
 	pg_atomic_uint64 wait_taken;	/* what the admitted statements still
@@ -302,7 +300,6 @@ gm_shmem_startup(void)
 			pg_atomic_init_u64(&shared->wait_counts[k], 0);
 		pg_atomic_init_u32(&shared->wait_looks, 0);
 		pg_atomic_init_u64(&shared->raise_pool, 0);
-		pg_atomic_init_u64(&shared->raise_message, 0);
 		pg_atomic_init_u32(&shared->wait_waiting, 0);
 		pg_atomic_init_u64(&shared->wait_taken, 0);
 		pg_atomic_init_u32(&shared->wait_held, 0);
@@ -1031,26 +1028,25 @@ gm_shmem_set_guard_limit(int slotno, int pid, int64 limit)
 
 /*
  * This process took from the budget what brings it to want (a start
- * share, its admitted need, more for its running query, and its reserve;
- * idle: the monitor's last look counted it as not working):
+ * share, its admitted need, more for its running query, and its reserve):
  * raise the guard's limit in its slot to want (rounded up to even, as the
  * monitor's are) at once, rather than wait for the monitor's next look,
- * where the monitor set the limit in force for this process; the raise
- * is taken from the pool the last look held back (gm_guard_policy), so
- * that the limits in force, raises included, add up to the budget at
- * most; the next look counts what was taken.  A compare-and-swap on the
- * slot (the limit and its owner read without a barrier between: a stale
- * owner only refuses).  Not over a first limit (odd:
- * gm_shmem_guard_first_limit, whose look replaces it), nor where there is
- * none; past what the pool has, by what it has (the look serves the
- * rest).  An idle limit's room for a client message (the look's) is not
- * the budget's: what the share takes of it comes from the pool too, the
- * limit unchanged.  Returns whether it raised the limit (the caller then
+ * where the monitor set the limit in force for this process and its last
+ * look counted it as working; the raise is taken from the pool the last
+ * look held back (gm_guard_policy), so that the limits in force, raises
+ * included, add up to the budget at most; the next look counts what was
+ * taken.  A compare-and-swap on the slot (the limit and its owner read
+ * without a barrier between: a stale owner only refuses).  Not over a
+ * first limit (odd: gm_shmem_guard_first_limit, whose look replaces it),
+ * nor where there is none, nor while counted idle (an idle limit's room
+ * for a client message is no budget's: the look that counts the process
+ * working serves it); past what the pool has, by what it has (the look
+ * serves the rest).  Returns whether it raised the limit (the caller then
  * sets its soft limit, set_limits), and in *covered whether the limit
- * covers want from what the budget counts (no limit: true).
+ * covers want now (no limit: true).
  */
 bool
-gm_shmem_guard_raise(int64 want, bool idle, bool *covered)
+gm_shmem_guard_raise(int64 want, bool *covered)
 {
 	uint64		cur pg_attribute_aligned(8);
 
@@ -1063,24 +1059,16 @@ gm_shmem_guard_raise(int64 want, bool idle, bool *covered)
 	{
 		uint64		pool pg_attribute_aligned(8);
 		uint64		delta;
-		uint64		base;
-		uint64		to;
 
 		if ((int64) cur == GM_NO_LIMIT)
 		{
 			*covered = true;
 			return false;
 		}
-		if ((cur & 1) != 0 || pg_atomic_read_u32(&my_slot->guard_owner) != (uint32) MyProcPid)
-		{
-			*covered = !idle && (int64) cur >= want;
+		if ((cur & 1) != 0 || gm_shmem_guard_counts_idle() ||
+			pg_atomic_read_u32(&my_slot->guard_owner) != (uint32) MyProcPid)
 			return false;
-		}
-		/* What the budget counts of the limit: not an idle one's room for a client message. */
-		base = cur;
-		if (idle)
-			base -= Min(cur, (uint64) Max(pg_atomic_read_u64(&shared->raise_message), 0));
-		if ((int64) base >= want)
+		if ((int64) cur >= want)
 		{
 			*covered = true;
 			return false;
@@ -1089,43 +1077,36 @@ gm_shmem_guard_raise(int64 want, bool idle, bool *covered)
 		/*
 		 * The pool's bytes first, what it has up to the raise (even: a
 		 * statement near its limit gets room now, and the look serves the
-		 * rest); then the limit, where it does not cover them already.
-		 * Not given back if the limit moved meanwhile (a look's, which
-		 * counted the claim): the pool may have been emptied and written
-		 * again since, and bytes lost until the next look are the safe
-		 * error.
+		 * rest); then the limit.  Not given back if the limit moved
+		 * meanwhile (a look's, which counted the claim): the pool may have
+		 * been emptied and written again since, and bytes lost until the
+		 * next look are the safe error.
 		 */
 		pool = pg_atomic_read_u64(&shared->raise_pool);
 		do
 		{
-			delta = Min((uint64) want - base, pool & ~(uint64) 1);
+			delta = Min((uint64) want - cur, pool & ~(uint64) 1);
 			if (delta == 0)
 				return false;
 		} while (!pg_atomic_compare_exchange_u64(&shared->raise_pool, &pool, pool - delta));
-		to = Max(cur, base + delta);
-		if (to == cur || pg_atomic_compare_exchange_u64(&my_slot->guard_limit, &cur, to))
+		if (pg_atomic_compare_exchange_u64(&my_slot->guard_limit, &cur, cur + delta))
 		{
-			*covered = base + delta >= (uint64) want;
-			return to != cur;
+			*covered = cur + delta >= (uint64) want;
+			return true;
 		}
 	}
 }
 
 /*
- * The monitor: the pool its look held back for raises until the next,
- * and the room for a client message its idle limits hold (-1: as it
- * was); a pool of 0 (none) as a look begins, before it reads the
- * reservations, so that each raise is one the look that follows counts,
- * and as it exits.
+ * The monitor: the pool its look held back for raises until the next; 0
+ * (none) as a look begins, before it reads the reservations, so that each
+ * raise is one the look that follows counts, and as it exits.
  */
 void
-gm_shmem_guard_set_pool(int64 pool, int64 message)
+gm_shmem_guard_set_pool(int64 pool)
 {
-	if (shared == NULL)
-		return;
-	if (message >= 0)
-		pg_atomic_write_u64(&shared->raise_message, (uint64) message);
-	pg_atomic_write_u64(&shared->raise_pool, (uint64) Max(pool, 0));
+	if (shared != NULL)
+		pg_atomic_write_u64(&shared->raise_pool, (uint64) Max(pool, 0));
 }
 
 

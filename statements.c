@@ -380,7 +380,6 @@ gm_statements_top_queryid(void)
 static GmStmtKey peak_cache_key;
 static int64 peak_cache_peak = -1;
 static int64 peak_cache_mapped = -1;
-static int64 peak_cache_plan = -1;
 static int64 peak_cache_at = 0;	/* gm_monotonic_usec(); 0 = none */
 
 /* The key of a statement of this queryid run now. */
@@ -683,8 +682,7 @@ store(const GmStmtKey *key, int64 calls, int64 plan_bytes, int64 exec_bytes,
  * none recorded; and into *mapped what it maps, by the run that mapped
  * most (-1 = unknown: gm_guard_mapped_need).  A utility statement without
  * an executor inside: the same of what its process mapped, both.
- * The same lookup says whether the statement is tracked (*tracked), and
- * its planning's peak, the most of any call recorded (*plan; -1 = none).
+ * The same lookup says whether the statement is tracked (*tracked).
  *
  * A shared lock and an entry's mutex, only when asked (memory_wait on,
  * the guard acting on a limit), at most once a second for the same query
@@ -693,7 +691,7 @@ store(const GmStmtKey *key, int64 calls, int64 plan_bytes, int64 exec_bytes,
  * statement again and again (pgbench -S) does not take the lock at each.
  */
 int64
-gm_statements_recorded_peak(uint64 queryid, int64 *mapped, int64 *plan, bool *tracked)
+gm_statements_recorded_peak(uint64 queryid, int64 *mapped, bool *tracked)
 {
 	GmStmtKey	key;
 	GmStmtEntry *entry;
@@ -701,7 +699,6 @@ gm_statements_recorded_peak(uint64 queryid, int64 *mapped, int64 *plan, bool *tr
 	int64		now;
 
 	*mapped = -1;
-	*plan = -1;
 	*tracked = gm_statements_tracking() && queryid != UINT64CONST(0) &&
 		!LWLockHeldByMe(stmt_shared->lock);
 	if (!*tracked)
@@ -712,7 +709,6 @@ gm_statements_recorded_peak(uint64 queryid, int64 *mapped, int64 *plan, bool *tr
 		now >= peak_cache_at && memcmp(&key, &peak_cache_key, sizeof(key)) == 0)
 	{
 		*mapped = peak_cache_mapped;
-		*plan = peak_cache_plan;
 		return peak_cache_peak;
 	}
 	LWLockAcquire(stmt_shared->lock, LW_SHARED);
@@ -731,8 +727,6 @@ gm_statements_recorded_peak(uint64 queryid, int64 *mapped, int64 *plan, bool *tr
 			peak = entry->c.need;
 		mapped_max = entry->c.mapped_max;
 		mapped_exec = entry->c.mapped_exec;
-		if (entry->c.plan.n > 0)
-			*plan = entry->c.plan.max;
 		SpinLockRelease(&entry->mutex);
 		if (by_mapped)
 			*mapped = peak;
@@ -745,7 +739,6 @@ gm_statements_recorded_peak(uint64 queryid, int64 *mapped, int64 *plan, bool *tr
 		peak_cache_key = key;
 		peak_cache_peak = peak;
 		peak_cache_mapped = *mapped;
-		peak_cache_plan = *plan;
 		peak_cache_at = now;
 	}
 	return peak;

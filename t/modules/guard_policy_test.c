@@ -1613,58 +1613,6 @@ main(void)
 		   "a TB need, scaled by 3: no overflow");
 
 		/*
-		 * A statement starting in a process counted idle runs without the
-		 * look where its record fits its reserve and its limit, with 512 kB
-		 * left over; otherwise it waits for its working share.
-		 */
-		{
-			static const struct
-			{
-				int64		vm, limit, reserve, plan, exec, mapped;
-				bool		fits;
-				const char *what;
-			}			t[] = {
-				{8 * MB, 12 * MB, 4 * MB, 64 * 1024, 32 * 1024, -1, true,
-				"pgbench -S (64 kB planning, 32 kB executor) in a 4 MB reserve: runs at once"},
-				{8 * MB, 12 * MB, 4 * MB, 0, 32 * 1024, 40 * 1024, true,
-				"planned already (0): its executor alone"},
-				{8 * MB, 12 * MB, 4 * MB, 0, 3 * MB, -1, false,
-				"3 MB, without what it maps (3.75 MB) and the slack: past the 4 MB reserve, waits"},
-				{8 * MB, 12 * MB, 4 * MB, 0, 3 * MB, 3 * MB + 512 * 1024, true,
-				"3 MB mapping 3.5 MB, and the slack: exactly the reserve"},
-				{8 * MB, 72 * MB, 4 * MB, 0, 20 * MB, 20 * MB, false,
-				"20 MB under an idle limit with 64 MB of message room: the room is not the budget's, waits"},
-				{11 * MB, 12 * MB, 4 * MB, 0, 32 * 1024, -1, true,
-				"grown since the look, 1 MB left under its limit: 32 kB still fits"},
-				{11 * MB + 700 * 1024, 12 * MB, 4 * MB, 0, 32 * 1024, -1, false,
-				"324 kB left under its limit: less than the slack, waits"},
-				{8 * MB, 9 * MB, MB, 0, 400 * 1024, -1, true,
-				"a reserve shrunk to its 1 MB floor: 500 kB and the slack fit"},
-				{8 * MB, 12 * MB, 4 * MB, -1, 32 * 1024, -1, false,
-				"its planning's need unknown: waits"},
-				{8 * MB, 12 * MB, 4 * MB, 0, -1, -1, false,
-				"no record: waits (its start share)"},
-				{-1, 12 * MB, 4 * MB, 0, 32 * 1024, -1, false,
-				"VmData unread: waits"},
-				{8 * MB, 12 * MB, -1, 0, 32 * 1024, -1, false,
-				"the guard not engaged (reserve -1): waits, as the caller's path decides"},
-				{8 * MB, GM_NO_LIMIT, 4 * MB, 0, 32 * 1024, -1, false,
-				"no limit: not counted idle, nothing to fit"},
-				{13 * MB, 12 * MB, 4 * MB, 0, 0, -1, false,
-				"past its limit already: waits"},
-			};
-
-			for (int i = 0; i < (int) lengthof(t); i++)
-			{
-				char		name[200];
-
-				snprintf(name, sizeof(name), "start without the look: %s", t[i].what);
-				ok(gm_guard_start_fits(t[i].vm, t[i].limit, t[i].reserve, t[i].plan, t[i].exec, t[i].mapped) == t[i].fits,
-				   name);
-			}
-		}
-
-		/*
 		 * The pool: with 100 MB of headroom in 800 MB, an admitted
 		 * statement that reserved 40 MB and has mapped none is served
 		 * first; a quarter of what is left is held back for raises between
