@@ -32,11 +32,11 @@
  * (shmem.c) and set the lowest; the monitor checks it every tick.  A
  * process the monitor has not limited yet takes the guard's limit itself
  * at its first statement while the guard is engaged (first_limit), until
- * the monitor's look sets it.  A process the monitor limits raises the
- * guard's limit itself by what it takes from the budget, from the pool
- * the last look held back (gm_shmem_guard_raise), which the monitor's
- * next look keeps; the waits that remain for a look sleep on the latch
- * the look sets (gm_shmem_await_look).
+ * the monitor's look sets it.  A process the monitor's last look counted
+ * as working raises the guard's limit itself by what it takes from the
+ * budget, from the pool that look held back (gm_shmem_guard_raise); the
+ * next look counts it and sets the limit again.  The waits that remain
+ * for a look sleep on the latch the look sets (gm_shmem_await_look).
  *
  * Which processes: gm_guarded_process() (settings.c).
  *
@@ -304,11 +304,15 @@ static WaitEventSet *look_set = NULL;
 static void
 look_set_make(void)
 {
+	WaitEventSet *set;
+
 	if (look_set != NULL)
 		return;
-	look_set = GM_CREATE_SESSION_WAIT_SET(2);
-	(void) AddWaitEventToSet(look_set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
-	(void) AddWaitEventToSet(look_set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+	/* Kept only once whole: an ERROR in between leaves none. */
+	set = GM_CREATE_SESSION_WAIT_SET(2);
+	(void) AddWaitEventToSet(set, WL_LATCH_SET, PGINVALID_SOCKET, MyLatch, NULL);
+	(void) AddWaitEventToSet(set, WL_EXIT_ON_PM_DEATH, PGINVALID_SOCKET, NULL, NULL);
+	look_set = set;
 }
 
 /*
@@ -752,8 +756,9 @@ admit_without_lock(int64 now, const GmFirstRound *first)
  * its limit covers want and the reserve at once, out of the pool the last
  * look held back, where the monitor set the limit in force
  * (gm_shmem_guard_raise).  Otherwise (a first limit, whose look replaces
- * it; the pool short; an idle limit whose room for a client message the
- * pool could not pay for) wait, on the latch that the look sets, at most
+ * it; the pool short; a process the last look counted as idle, whose
+ * limit's room for a client message is no budget's) wait, on the latch
+ * that the look sets, at most
  * GM_GUARD_START_WAIT_MS, until a look counts it working under a limit
  * that covers want, or two looks since the admission was noted have set
  * it (the budget may not cover the whole need).  At a statement's start

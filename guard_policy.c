@@ -27,7 +27,7 @@
  * for its client); one that waits for its client does not, whatever it
  * grew over the last window (its statement ended).  Processes not working may map twice their last growth, at most
  * GM_GUARD_FLOOR each, from at most half of the budget; when none works
- * they share all of it (rounded down to GM_GUARD_GRAIN, so that a usage
+ * they share all of it but the pool (below) (rounded down to GM_GUARD_GRAIN, so that a usage
  * that moves a little does not change every idle limit: with a thousand
  * backends that was a thousand prlimit calls per look).  Working processes
  * share the rest in the order their work began (since; ties by group, a

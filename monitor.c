@@ -681,6 +681,14 @@ guard_measure(const GmLimits *l, const GmSnapshot *snaps, int n, bool observe, i
 		}
 		c->reserved = gm_shmem_wait_reserved(s->slot, s->pid, vm);
 		c->cur_limit = g->pid == s->pid ? g->limit : GM_NO_LIMIT;
+		/* A raise the process took from the pool since is the limit in force. */
+		if (c->cur_limit != GM_NO_LIMIT)
+		{
+			int64		in_slot = gm_shmem_slot_guard_limit(s->slot);
+
+			if (in_slot != GM_NO_LIMIT && (in_slot & 1) == 0 && in_slot > c->cur_limit)
+				c->cur_limit = in_slot;
+		}
 	}
 
 	/*

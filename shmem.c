@@ -1051,9 +1051,12 @@ gm_shmem_guard_raise(int64 want, bool *covered)
 	uint64		cur pg_attribute_aligned(8);
 
 	*covered = false;
-	if (shared == NULL || my_slot == NULL || my_slot_pid != MyProcPid || want < 0)
+	if (shared == NULL || my_slot == NULL || my_slot_pid != MyProcPid || want < 0 ||
+		gm_shmem_guard_counts_idle())
 		return false;
 	want += want & 1;
+	/* (its working flag read first: the idle limit before it is not this one) */
+	pg_read_barrier();
 	cur = pg_atomic_read_u64(&my_slot->guard_limit);
 	for (;;)
 	{
@@ -1067,7 +1070,10 @@ gm_shmem_guard_raise(int64 want, bool *covered)
 		}
 		if ((cur & 1) != 0 || gm_shmem_guard_counts_idle() ||
 			pg_atomic_read_u32(&my_slot->guard_owner) != (uint32) MyProcPid)
+		{
+			*covered = false;
 			return false;
+		}
 		if ((int64) cur >= want)
 		{
 			*covered = true;
@@ -1113,9 +1119,9 @@ gm_shmem_guard_set_pool(int64 pool)
 /*
  * A top-level statement starts in this process: count the start in the
  * slot (an atomic add; a look that read the process between two statements
- * then keeps its limit, see guard_tick); whether the memory guard limits
+ * then keeps its limit, see guard_apply); whether the memory guard limits
  * it and its last look did not count it as working (the caller then wakes
- * the monitor and waits for its look, unless the statement fits its limit).
+ * the monitor and waits for its look).
  */
 bool
 gm_shmem_guard_statement_start(void)
