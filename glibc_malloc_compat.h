@@ -288,7 +288,7 @@ gm_memory_wait_event(void)
 
 /*
  * A wait event set for the life of the process: from PostgreSQL 17 it
- * takes a resource owner (NULL: the session's), before a memory context.
+ * takes a resource owner (NULL: none tracks it), before a memory context.
  */
 #if PG_VERSION_NUM >= 170000
 #define GM_CREATE_SESSION_WAIT_SET(n) CreateWaitEventSet(NULL, (n))

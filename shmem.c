@@ -1115,7 +1115,6 @@ gm_shmem_guard_set_pool(int64 pool)
 		pg_atomic_write_u64(&shared->raise_pool, (uint64) Max(pool, 0));
 }
 
-
 /*
  * A top-level statement starts in this process: count the start in the
  * slot (an atomic add; a look that read the process between two statements
@@ -1136,6 +1135,7 @@ gm_shmem_guard_statement_start(void)
 	pg_atomic_fetch_add_u32(&my_slot->guard_starts, 1);
 	return gm_shmem_guard_counts_idle();
 }
+
 /*
  * Whether the memory guard limits this process and its last look counted
  * it as not working.
